@@ -1,0 +1,40 @@
+"""Named errors for data faults: each carries the file and, where known, the episode, so a user at 100 TB can
+find the bad bytes without a debugger."""
+
+from __future__ import annotations
+
+
+class RoboreelError(Exception):
+    """Base class of every error roboreel raises on purpose."""
+
+
+class SourceError(RoboreelError):
+    """A LeRobot source dataset is malformed, inconsistent, unsupported or unreadable."""
+
+    def __init__(self, message: str, *, file: str | None = None, episode: int | None = None) -> None:
+        where = []
+        if file is not None:
+            where.append(f"file {file}")
+        if episode is not None:
+            where.append(f"episode {episode}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.file = file
+        self.episode = episode
+
+
+class CompiledFormatError(SourceError):
+    """A compiled roboreel dataset (manifest or shard) is malformed, incomplete or fails its checksums."""
+
+
+class FrameTimestampError(RoboreelError):
+    """A decoded frame's timestamp is further than tolerance_s from the one asked for."""
+
+    def __init__(
+        self, *, video: str, episode: int, queried_s: float, loaded_s: float, tolerance_s: float
+    ) -> None:
+        super().__init__(
+            f"frame at {loaded_s:.6f}s is {abs(loaded_s - queried_s):.6f}s from the queried {queried_s:.6f}s "
+            f"(tolerance {tolerance_s}s) in {video}, episode {episode}"
+        )
+        self.video, self.episode = video, episode
+        self.queried_s, self.loaded_s, self.tolerance_s = queried_s, loaded_s, tolerance_s

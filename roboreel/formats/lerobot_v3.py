@@ -1,0 +1,315 @@
+"""Read a LeRobot v3.0 source dataset, local or remote (any fsspec URL: file://, hf://, s3://, http(s)://).
+
+Only metadata and tables are read here; video bytes are opened as files for whoever decodes them. Layout and
+column names follow LeRobot's writer (see shared/SAMPLE_CONTRACT.md and docs/format.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import IO, Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from roboreel.formats.errors import SourceError
+
+CODEBASE_VERSION = "v3.0"
+INFO_PATH = "meta/info.json"
+STATS_PATH = "meta/stats.json"
+TASKS_PATH = "meta/tasks.parquet"
+EPISODES_DIR = "meta/episodes"
+DEFAULT_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+DEFAULT_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_PATH = EPISODES_DIR + "/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+DEFAULT_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+_EPISODE_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_index")
+
+
+@dataclass(frozen=True)
+class VideoSpan:
+    """Where one camera's frames of one episode live: a (shared) mp4 and a [from, to) time span in it."""
+
+    key: str
+    path: str  # relative to the dataset root
+    from_timestamp: float
+    to_timestamp: float
+
+
+@dataclass(frozen=True)
+class EpisodeMeta:
+    """One row of meta/episodes: an episode's frames, its data file and its video spans."""
+
+    index: int
+    length: int
+    tasks: tuple[str, ...]
+    data_path: str  # relative to the dataset root
+    from_index: int  # global frame index of the first frame (dataset_from_index)
+    to_index: int  # one past the last (dataset_to_index)
+    videos: dict[str, VideoSpan] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """meta/info.json, checked: the parts roboreel relies on, plus the raw dict to carry through."""
+
+    raw: dict[str, Any]
+    fps: int
+    features: dict[str, dict[str, Any]]
+    data_path: str
+    video_path: str | None
+
+    @classmethod
+    def from_dict(cls, raw: Any, *, file: str = INFO_PATH) -> SourceInfo:
+        if not isinstance(raw, dict):
+            raise SourceError("info.json is not a JSON object", file=file)
+        version = raw.get("codebase_version")
+        if version != CODEBASE_VERSION:
+            raise SourceError(
+                f"unsupported codebase_version {version!r}; roboreel reads LeRobot {CODEBASE_VERSION} "
+                "(convert older datasets with LeRobot's convert_dataset_v21_to_v30 first)",
+                file=file,
+            )
+        for key in ("fps", "features"):
+            if key not in raw:
+                raise SourceError(f"info.json has no {key!r}", file=file)
+        fps = raw["fps"]
+        if not isinstance(fps, int | float) or fps <= 0 or int(fps) != fps:
+            raise SourceError(f"fps must be a positive integer, got {fps!r}", file=file)
+        features = raw["features"]
+        if not isinstance(features, dict):
+            raise SourceError("info.json 'features' is not an object", file=file)
+        for name, feat in features.items():
+            if feat.get("dtype") == "image":
+                raise SourceError(f"feature {name!r} has dtype 'image' (images in parquet): not supported yet", file=file)
+        return cls(
+            raw=raw,
+            fps=int(fps),
+            features=features,
+            data_path=raw.get("data_path") or DEFAULT_DATA_PATH,
+            video_path=raw.get("video_path"),
+        )
+
+    @property
+    def camera_keys(self) -> list[str]:
+        """Video features, in info.json order (LeRobot's order)."""
+        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
+
+    @property
+    def tabular_keys(self) -> list[str]:
+        """Features stored in the data parquet."""
+        return [k for k, f in self.features.items() if f.get("dtype") != "video"]
+
+
+def _read_json(fs: fsspec.AbstractFileSystem, path: str, rel: str) -> Any:
+    try:
+        with fs.open(path, "rb") as f:
+            text = f.read()
+    except FileNotFoundError as e:
+        raise SourceError("missing file", file=rel) from e
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise SourceError(f"not valid JSON: {e}", file=rel) from e
+
+
+def read_parquet(fs: fsspec.AbstractFileSystem, path: str, rel: str, columns: list[str] | None = None) -> pa.Table:
+    """Read a parquet file through fsspec, turning I/O and format faults into SourceError naming the file."""
+    try:
+        with fs.open(path, "rb") as f:
+            return pq.read_table(f, columns=columns)
+    except FileNotFoundError as e:
+        raise SourceError("missing file", file=rel) from e
+    except (pa.ArrowInvalid, OSError) as e:
+        raise SourceError(f"unreadable parquet: {e}", file=rel) from e
+
+
+class LeRobotSource:
+    """A LeRobot v3.0 dataset at a local path or fsspec URL.
+
+    Reads are lazy and cached: ``info``, ``episodes`` and ``tasks`` touch only meta/; ``episode_rows`` reads one
+    data file (the last one is kept, since episodes are usually visited in file order).
+    """
+
+    def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None) -> None:
+        self.url = str(url)
+        self.fs, self.root = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
+        self.root = self.root.rstrip("/")
+        self._table_cache: tuple[str, pa.Table] | None = None
+
+    # -- paths and files --------------------------------------------------------------------------------
+    def path(self, rel: str) -> str:
+        """Absolute filesystem path (for self.fs) of a dataset-relative path."""
+        return posixpath.join(self.root, rel) if self.root else rel
+
+    def open(self, rel: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
+        """Open a dataset-relative file (missing files raise SourceError naming it)."""
+        try:
+            return self.fs.open(self.path(rel), mode, **kwargs)
+        except FileNotFoundError as e:
+            raise SourceError("missing file", file=rel) from e
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.exists(self.path(rel))
+
+    # -- metadata ---------------------------------------------------------------------------------------
+    @cached_property
+    def info(self) -> SourceInfo:
+        return SourceInfo.from_dict(_read_json(self.fs, self.path(INFO_PATH), INFO_PATH))
+
+    @property
+    def fps(self) -> int:
+        return self.info.fps
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return self.info.camera_keys
+
+    @cached_property
+    def stats(self) -> dict[str, Any] | None:
+        """meta/stats.json, or None when the dataset has none."""
+        if not self.exists(STATS_PATH):
+            return None
+        return _read_json(self.fs, self.path(STATS_PATH), STATS_PATH)
+
+    @cached_property
+    def tasks(self) -> dict[int, str]:
+        """task_index -> task string, from meta/tasks.parquet (pandas writes the task as the index)."""
+        table = read_parquet(self.fs, self.path(TASKS_PATH), TASKS_PATH)
+        names = table.column_names
+        text_col = "task" if "task" in names else "__index_level_0__" if "__index_level_0__" in names else None
+        if text_col is None or "task_index" not in names:
+            raise SourceError(f"tasks.parquet needs 'task_index' and 'task' columns, has {names}", file=TASKS_PATH)
+        return dict(zip(table.column("task_index").to_pylist(), table.column(text_col).to_pylist(), strict=True))
+
+    def episode_files(self) -> list[str]:
+        """The meta/episodes parquet files, dataset-relative, sorted."""
+        found = self.fs.glob(self.path(EPISODES_DIR) + "/chunk-*/file-*.parquet")
+        if not found:
+            raise SourceError("no episode metadata files", file=EPISODES_DIR + "/chunk-*/file-*.parquet")
+        prefix = self.root + "/" if self.root else ""
+        return sorted(p[len(prefix) :] if p.startswith(prefix) else p for p in found)
+
+    @cached_property
+    def episodes(self) -> list[EpisodeMeta]:
+        """Every episode, sorted by episode_index, with consistency checks against info.json."""
+        info = self.info
+        cams = info.camera_keys
+        out: list[EpisodeMeta] = []
+        for rel in self.episode_files():
+            table = read_parquet(self.fs, self.path(rel), rel)
+            need = list(_EPISODE_COLUMNS) + ["data/chunk_index", "data/file_index"]
+            for cam in cams:
+                need += [f"videos/{cam}/{c}" for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
+            missing = [c for c in need if c not in table.column_names]
+            if missing:
+                raise SourceError(f"episodes metadata lacks columns {missing}", file=rel)
+            cols = {c: table.column(c).to_pylist() for c in need}
+            tasks = table.column("tasks").to_pylist() if "tasks" in table.column_names else [[]] * table.num_rows
+            for i in range(table.num_rows):
+                ep = int(cols["episode_index"][i])
+                data_path = info.data_path.format(
+                    chunk_index=int(cols["data/chunk_index"][i]), file_index=int(cols["data/file_index"][i])
+                )
+                videos = {}
+                for cam in cams:
+                    if info.video_path is None:
+                        raise SourceError("info.json has video features but no video_path", file=INFO_PATH)
+                    videos[cam] = VideoSpan(
+                        key=cam,
+                        path=info.video_path.format(
+                            video_key=cam,
+                            chunk_index=int(cols[f"videos/{cam}/chunk_index"][i]),
+                            file_index=int(cols[f"videos/{cam}/file_index"][i]),
+                        ),
+                        from_timestamp=float(cols[f"videos/{cam}/from_timestamp"][i]),
+                        to_timestamp=float(cols[f"videos/{cam}/to_timestamp"][i]),
+                    )
+                meta = EpisodeMeta(
+                    index=ep,
+                    length=int(cols["length"][i]),
+                    tasks=tuple(tasks[i] or ()),
+                    data_path=data_path,
+                    from_index=int(cols["dataset_from_index"][i]),
+                    to_index=int(cols["dataset_to_index"][i]),
+                    videos=videos,
+                )
+                if meta.to_index - meta.from_index != meta.length or meta.length <= 0:
+                    raise SourceError(
+                        f"dataset_from_index={meta.from_index}, dataset_to_index={meta.to_index} disagree with "
+                        f"length={meta.length}",
+                        file=rel,
+                        episode=ep,
+                    )
+                out.append(meta)
+        out.sort(key=lambda e: e.index)
+        seen = set()
+        for e in out:
+            if e.index in seen:
+                raise SourceError("episode listed twice in episodes metadata", file=EPISODES_DIR, episode=e.index)
+            seen.add(e.index)
+        return out
+
+    def episode(self, index: int) -> EpisodeMeta:
+        for e in self.episodes:
+            if e.index == index:
+                return e
+        raise KeyError(f"episode {index} not in {self.url}")
+
+    # -- tables -----------------------------------------------------------------------------------------
+    def data_table(self, rel: str) -> pa.Table:
+        """A whole data parquet file (cached: the last file read)."""
+        if self._table_cache is not None and self._table_cache[0] == rel:
+            return self._table_cache[1]
+        table = read_parquet(self.fs, self.path(rel), rel)
+        self._table_cache = (rel, table)
+        return table
+
+    def episode_rows(self, ep: EpisodeMeta) -> pa.Table:
+        """The episode's rows in frame order, all columns, checked against its metadata."""
+        table = self.data_table(ep.data_path)
+        missing = [k for k in self.info.tabular_keys if k not in table.column_names]
+        if missing:
+            raise SourceError(f"data parquet lacks feature columns {missing}", file=ep.data_path, episode=ep.index)
+        eps = table.column("episode_index").to_numpy()
+        rows = table.filter(pa.array(eps == ep.index))
+        if rows.num_rows != ep.length:
+            raise SourceError(
+                f"data has {rows.num_rows} rows for the episode, metadata says length {ep.length}",
+                file=ep.data_path,
+                episode=ep.index,
+            )
+        index = rows.column("index").to_numpy()
+        frame = rows.column("frame_index").to_numpy()
+        if index[0] != ep.from_index or (index[1:] - index[:-1] != 1).any() or (frame != range(ep.length)).any():
+            raise SourceError(
+                f"rows are not frames {ep.from_index}..{ep.to_index - 1} in order "
+                f"(index {index[0]}..{index[-1]})",
+                file=ep.data_path,
+                episode=ep.index,
+            )
+        return rows
+
+    # -- identity ---------------------------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """A cheap identity of the source: meta/ contents plus the name and size of every data and video file."""
+        h = hashlib.sha256()
+        for rel in [INFO_PATH, TASKS_PATH, *self.episode_files()]:
+            with self.open(rel) as f:
+                h.update(rel.encode() + b"\0" + f.read())
+        files = set()
+        for e in self.episodes:
+            files.add(e.data_path)
+            files.update(v.path for v in e.videos.values())
+        for rel in sorted(files):
+            try:
+                size = self.fs.size(self.path(rel))
+            except FileNotFoundError as e:
+                raise SourceError("missing file", file=rel) from e
+            h.update(f"{rel}\0{size}\n".encode())
+        return "sha256:" + h.hexdigest()

@@ -1,0 +1,148 @@
+"""Shard members: naming and (de)serialisation of one episode record.
+
+A shard is a plain tar (webdataset conventions: members grouped by the key before the first dot). One episode
+is one record, keyed by its zero-padded episode index::
+
+    000042.json                         episode metadata (EpisodeRecord.meta)
+    000042.observation.images.top.mp4   one HEVC clip per camera, pts from 0, frame k = episode frame k
+    000042.parquet                      the episode's rows, one row group
+
+Members are written in sorted name order, so ``.json`` comes first and a streaming reader knows what follows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from roboreel.formats.errors import CompiledFormatError
+
+SHARD_DIR = "shards"
+KEY_DIGITS = 6
+CLIP_SUFFIX = ".mp4"
+
+
+def episode_key(episode: int) -> str:
+    """The webdataset ``__key__`` of an episode's record."""
+    return f"{episode:0{KEY_DIGITS}d}"
+
+
+def shard_path(shard: int) -> str:
+    """Path of shard number ``shard`` relative to the dataset root."""
+    return f"{SHARD_DIR}/shard-{shard:06d}.tar"
+
+
+def json_member(episode: int) -> str:
+    return f"{episode_key(episode)}.json"
+
+
+def rows_member(episode: int) -> str:
+    return f"{episode_key(episode)}.parquet"
+
+
+def clip_member(episode: int, camera: str) -> str:
+    return f"{episode_key(episode)}.{camera}{CLIP_SUFFIX}"
+
+
+def split_member(name: str) -> tuple[str, str]:
+    """``"000042.observation.images.top.mp4"`` -> ``("000042", "observation.images.top.mp4")`` (webdataset's rule)."""
+    base = name.rsplit("/", 1)[-1]
+    key, _, ext = base.partition(".")
+    return key, ext
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def table_to_parquet_bytes(table: pa.Table) -> bytes:
+    """Serialise rows as one row group, deterministically (same table, same pyarrow -> same bytes)."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, row_group_size=max(1, table.num_rows), compression="zstd", write_statistics=True)
+    return buf.getvalue()
+
+
+def parquet_bytes_to_table(data: bytes) -> pa.Table:
+    return pq.read_table(pa.BufferReader(data))
+
+
+def rows_digest(table: pa.Table) -> str:
+    """A hash of tabular values that does not depend on parquet encoding: Arrow IPC of the table's columns."""
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        for batch in table.combine_chunks().to_batches():
+            w.write_batch(batch)
+    return sha256_hex(sink.getvalue())
+
+
+@dataclass
+class EpisodeRecord:
+    """One episode as stored in a shard: metadata, rows and one compressed clip per camera."""
+
+    index: int
+    meta: dict[str, Any]
+    rows: pa.Table
+    clips: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def length(self) -> int:
+        return int(self.meta["length"])
+
+    def to_members(self) -> dict[str, bytes]:
+        """Member name -> bytes, in the order they are written (sorted)."""
+        out = {json_member(self.index): json.dumps(self.meta, sort_keys=True).encode()}
+        out[rows_member(self.index)] = table_to_parquet_bytes(self.rows)
+        for cam, data in self.clips.items():
+            out[clip_member(self.index, cam)] = data
+        return dict(sorted(out.items()))
+
+    def to_sample(self) -> dict[str, Any]:
+        """The webdataset sample dict (``__key__`` plus extension -> bytes) for ``TarWriter.write``."""
+        sample: dict[str, Any] = {"__key__": episode_key(self.index)}
+        for name, data in self.to_members().items():
+            sample[split_member(name)[1]] = data
+        return sample
+
+    @classmethod
+    def from_members(cls, members: dict[str, bytes], *, shard: str = "?") -> EpisodeRecord:
+        """Rebuild a record from member name -> bytes (names with or without a directory prefix)."""
+        by_ext: dict[str, bytes] = {}
+        keys = set()
+        for name, data in members.items():
+            if name.startswith("__"):
+                continue
+            key, ext = split_member(name)
+            keys.add(key)
+            by_ext[ext] = data
+        if len(keys) != 1:
+            raise CompiledFormatError(f"a record must hold one episode key, got {sorted(keys)}", file=shard)
+        return cls.from_sample({"__key__": keys.pop(), **by_ext}, shard=shard)
+
+    @classmethod
+    def from_sample(cls, sample: dict[str, Any], *, shard: str = "?") -> EpisodeRecord:
+        """Rebuild a record from a webdataset sample dict (extension -> bytes)."""
+        key = sample.get("__key__")
+        try:
+            episode = int(str(key).rsplit("/", 1)[-1])
+        except ValueError as e:
+            raise CompiledFormatError(f"record key {key!r} is not an episode index", file=shard) from e
+        if "json" not in sample or "parquet" not in sample:
+            raise CompiledFormatError("record lacks its .json or .parquet member", file=shard, episode=episode)
+        try:
+            meta = json.loads(sample["json"])
+            rows = parquet_bytes_to_table(sample["parquet"])
+        except (ValueError, pa.ArrowInvalid, OSError) as e:
+            raise CompiledFormatError(f"unreadable record member: {e}", file=shard, episode=episode) from e
+        clips = {}
+        for cam in meta.get("cameras", {}):
+            ext = f"{cam}{CLIP_SUFFIX}"
+            if ext not in sample:
+                raise CompiledFormatError(f"record lacks the clip of camera {cam!r}", file=shard, episode=episode)
+            clips[cam] = bytes(sample[ext])
+        return cls(index=episode, meta=meta, rows=rows, clips=clips)
