@@ -1,0 +1,1 @@
+"""Benchmarks: dataloading (compiled vs source baselines) and compile throughput. See docs/benchmarks.md."""

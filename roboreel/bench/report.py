@@ -1,0 +1,109 @@
+"""Benchmark output: one JSON + CSV row per run, a summary table (medians and ratios), and a PNG chart."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+_CSV_FIELDS = (
+    "reader", "mode", "repeat", "where", "samples", "samples_per_s", "ceiling_fraction", "first_batch_s",
+    "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "peak_rss_mb", "decode_s", "fetch_s",
+    "decoder_opens", "decoder_reuses", "distinct_episodes_per_batch", "batch_size", "num_workers",
+)
+
+
+def write_runs(out: Path, runs: list[dict[str, Any]]) -> None:
+    """runs.json (everything) and runs.csv (the headline fields)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs.json").write_text(json.dumps(runs, indent=1))
+    with open(out / "runs.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=_CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in runs:
+            w.writerow({k: r.get(k) for k in _CSV_FIELDS})
+
+
+def summarize(runs: list[dict[str, Any]], *, baseline: str = "reference") -> list[dict[str, Any]]:
+    """Median per (where, mode, reader) over repeats, and the ratio to the baseline reader's median."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        groups[(r.get("where", "local"), r["mode"], r["reader"])].append(r)
+    rows = []
+    for (where, mode, reader), rs in sorted(groups.items()):
+        def med(key: str, rs: list[dict[str, Any]] = rs) -> float | None:
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            return statistics.median(vals) if vals else None
+
+        rows.append({
+            "where": where, "mode": mode, "reader": reader, "repeats": len(rs),
+            "samples_per_s": med("samples_per_s"), "ceiling_fraction": med("ceiling_fraction"),
+            "first_batch_s": med("first_batch_s"), "latency_p50_ms": med("latency_p50_ms"),
+            "latency_p99_ms": med("latency_p99_ms"), "peak_rss_mb": med("peak_rss_mb"),
+            "distinct_episodes_per_batch": med("distinct_episodes_per_batch"),
+        })
+    for row in rows:
+        base = next((b for b in rows if b["where"] == row["where"] and b["mode"] == row["mode"]
+                     and b["reader"] == baseline), None)
+        row[f"x_{baseline}"] = (
+            row["samples_per_s"] / base["samples_per_s"]
+            if base and base["samples_per_s"] and row["samples_per_s"] is not None else None
+        )
+    return rows
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def markdown_table(rows: list[dict[str, Any]], *, baseline: str = "reference") -> str:
+    """The summary as a Markdown table (what docs/benchmarks.md and the CLI print)."""
+    head = ("| where | mode | reader | samples/s | of ceiling | x " + baseline +
+            " | first batch s | p50 ms | p99 ms | peak RSS MB | episodes/batch |")
+    lines = [head, "|" + "|".join(["---"] * 11) + "|"]
+    for r in rows:
+        lines.append(
+            f"| {r['where']} | {r['mode']} | {r['reader']} | {_fmt(r['samples_per_s'], '.0f')} | "
+            f"{_fmt(r['ceiling_fraction'], '.0%')} | {_fmt(r.get('x_' + baseline), '.1f')} | "
+            f"{_fmt(r['first_batch_s'], '.2f')} | {_fmt(r['latency_p50_ms'], '.1f')} | "
+            f"{_fmt(r['latency_p99_ms'], '.1f')} | {_fmt(r['peak_rss_mb'], '.0f')} | "
+            f"{_fmt(r['distinct_episodes_per_batch'], '.1f')} |"
+        )
+    return "\n".join(lines)
+
+
+def chart(rows: list[dict[str, Any]], path: Path, *, ceiling_samples_per_s: float | None) -> Path | None:
+    """Bar chart of median samples/s per reader and mode (one panel per where), ceiling as a dashed line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    wheres = sorted({r["where"] for r in rows})
+    fig, axes = plt.subplots(1, len(wheres), figsize=(6 * len(wheres), 4), squeeze=False)
+    for ax, where in zip(axes[0], wheres, strict=True):
+        sub = [r for r in rows if r["where"] == where]
+        modes = sorted({r["mode"] for r in sub})
+        readers = sorted({r["reader"] for r in sub})
+        width = 0.8 / max(1, len(readers))
+        for i, reader in enumerate(readers):
+            vals = [next((r["samples_per_s"] or 0 for r in sub if r["mode"] == m and r["reader"] == reader), 0)
+                    for m in modes]
+            xs = [j + i * width for j in range(len(modes))]
+            bars = ax.bar(xs, vals, width, label=reader)
+            ax.bar_label(bars, fmt="%.0f", fontsize=8)
+        ax.set_xticks([j + width * (len(readers) - 1) / 2 for j in range(len(modes))], modes)
+        if ceiling_samples_per_s and where == "local":
+            ax.axhline(ceiling_samples_per_s, ls="--", color="gray", label="CPU decode ceiling")
+        ax.set_title(f"{where}: samples/s (median)")
+        ax.set_ylabel("samples/s")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

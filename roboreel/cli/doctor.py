@@ -1,0 +1,38 @@
+"""``roboreel doctor [PATH]``: versions, codec support, and whether PATH decodes on the requested device."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _device(text: str) -> str:
+    from roboreel.doctor.env import parse_device
+
+    try:
+        parse_device(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return text
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor", help="report torch/torchcodec/FFmpeg/PyAV/GPU facts and whether a dataset decodes on a device",
+        description="Exit code: 0 decodable on --device, 1 not decodable there, 2 PATH unreadable.",
+    )
+    p.add_argument("path", nargs="?", help="a compiled roboreel dataset or a LeRobot v3 source (local or fsspec URL)")
+    p.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
+    p.add_argument("--json", action="store_true", help="print the facts as JSON instead of text")
+    p.add_argument("--strict", action="store_true",
+                   help="with a CUDA device: fail when any clip would be decoded on the CPU instead of NVDEC")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from roboreel.doctor import run_doctor
+    from roboreel.doctor.text import render
+
+    report = run_doctor(args.path, device=args.device, strict=args.strict)
+    print(json.dumps(report.to_dict(), indent=1) if args.json else render(report))
+    return report.exit_code

@@ -1,0 +1,80 @@
+"""Validate a LeRobot v3 dataset or a compiled roboreel dataset, reporting every violation with its place.
+
+``validate(path)`` never raises for a bad dataset: it returns a ``Report`` whose findings name file, row group
+and episode, and whose ``exit_code`` is 0 (clean; warnings allowed), 1 (violations) or 2 (unreadable input).
+This package imports ``roboreel.formats`` only, so it can judge the compiler's and the reader's work alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roboreel.formats.lerobot_v3 import INFO_PATH
+from roboreel.formats.manifest import MANIFEST_NAME
+from roboreel.formats.shard import SHARD_DIR
+from roboreel.validate._io import Root
+from roboreel.validate.compiled import check_compiled
+from roboreel.validate.media import CountMode
+from roboreel.validate.report import CODES, EXIT_CLEAN, EXIT_UNREADABLE, EXIT_VIOLATIONS, Finding, Report
+from roboreel.validate.source import check_source
+from roboreel.validate.summary import summarize
+
+__all__ = [
+    "CODES",
+    "EXIT_CLEAN",
+    "EXIT_UNREADABLE",
+    "EXIT_VIOLATIONS",
+    "Finding",
+    "Report",
+    "detect_kind",
+    "summarize",
+    "validate",
+]
+
+
+def detect_kind(root: Root, report: Report) -> str | None:
+    """"compiled" (roboreel.json), "source" (meta/info.json), or None after a fatal finding saying why not."""
+    if not root.exists():
+        report.fatal("path-missing", "path does not exist", file=root.url)
+        return None
+    if root.exists(MANIFEST_NAME):
+        return "compiled"
+    if root.exists(INFO_PATH):
+        return "source"
+    if root.isdir(SHARD_DIR):
+        report.fatal("manifest-missing", "shards/ but no roboreel.json: compile has not finished", file=MANIFEST_NAME)
+    else:
+        report.fatal("not-a-dataset", f"neither {INFO_PATH} nor {MANIFEST_NAME} found", file=root.url)
+    return None
+
+
+def validate(path: str, *, world_size: int = 1, num_workers: int = 1, fast: bool = False, deep: bool = False,
+             strict: bool = False, progress: bool = False,
+             storage_options: dict[str, Any] | None = None) -> Report:
+    """Check any v3 dataset or compiled output at ``path`` (local or fsspec URL).
+
+    Args:
+        world_size, num_workers: the training layout the shard count should divide evenly over (a warning).
+        fast: skip sha256 hashing (shards, members, rows) and count source mp4 frames from container headers
+            instead of demuxing every packet.
+        deep: decode every frame of every video and clip (slow; catches corrupt bitstreams).
+        strict: warnings fail too (exit code 1).
+        progress: tqdm bars on stderr.
+    """
+    if world_size < 1 or num_workers < 1:
+        raise ValueError(f"world_size and num_workers must be >= 1, got {world_size} and {num_workers}")
+    if fast and deep:
+        raise ValueError("fast and deep are mutually exclusive (fast skips reading bytes that deep decodes)")
+    report = Report(path=str(path), strict=strict)
+    root = Root.open_url(str(path), storage_options=storage_options)
+    kind = detect_kind(root, report)
+    if kind is None:
+        return report
+    report.kind = kind  # type: ignore[assignment]
+    count: CountMode = "decode" if deep else "packets"
+    if kind == "compiled":
+        check_compiled(root, report, world_size=world_size, num_workers=num_workers, fast=fast, count=count,
+                       progress=progress)
+    else:
+        check_source(root, report, count="header" if fast else count, progress=progress)
+    return report

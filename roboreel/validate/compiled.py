@@ -1,0 +1,310 @@
+"""Checks for a compiled roboreel dataset: the manifest, every shard read to its end, every record against the
+manifest, and the LeRobot v3 view of data/ and meta/.
+
+Shards are streamed one record at a time (whole-shard sha256 computed while the tar is parsed, in one pass), so
+memory is one episode's members however large a shard is. The tar is read with ``tarfile`` directly rather than
+through webdataset's iterators: a validator needs the exact member sizes and the point where a truncated tar
+breaks, which webdataset's handlers turn into skipped samples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import tarfile
+from typing import IO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from roboreel.formats import manifest as mf
+from roboreel.formats import shard as sh
+from roboreel.formats.errors import CompiledFormatError
+from roboreel.formats.lerobot_v3 import EPISODES_DIR, INFO_PATH
+from roboreel.validate._io import Root, progress_bar
+from roboreel.validate.media import CountMode, VideoProbeError, probe_video
+from roboreel.validate.report import Report
+from roboreel.validate.source import check_source
+
+logger = logging.getLogger(__name__)
+
+_EOA = 2 * tarfile.BLOCKSIZE  # a tar ends with two zero blocks
+
+
+class _HashingReader:
+    """A read-only file wrapper that hashes (optionally) and counts what passes through, keeping the tail."""
+
+    def __init__(self, f: IO[bytes], *, hashing: bool) -> None:
+        self.f, self.n, self.tail = f, 0, b""
+        self.h = hashlib.sha256() if hashing else None
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.f.read(size)
+        if self.h is not None:
+            self.h.update(data)
+        self.n += len(data)
+        self.tail = (self.tail + data)[-_EOA:]
+        return data
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
+
+
+def load(root: Root, report: Report) -> mf.Manifest | None:
+    """Parse roboreel.json; report a fatal finding (unreadable, or a version this roboreel cannot read)."""
+    rel = mf.MANIFEST_NAME
+    try:
+        with root.open(rel) as f:
+            raw = json.loads(f.read())
+    except (ValueError, OSError) as e:
+        report.fatal("manifest-unreadable", f"not valid JSON: {e}", file=rel)
+        return None
+    version = raw.get("format_version") if isinstance(raw, dict) else None
+    if isinstance(raw, dict) and raw.get("format") == mf.FORMAT_NAME and version != mf.FORMAT_VERSION:
+        newer = isinstance(version, int) and version > mf.FORMAT_VERSION
+        report.fatal("manifest-version", f"format_version {version!r} is {'newer than' if newer else 'not'} the "
+                     f"version this roboreel reads ({mf.FORMAT_VERSION}); upgrade roboreel or recompile", file=rel)
+        return None
+    try:
+        return mf.Manifest.from_dict(raw, file=rel)
+    except CompiledFormatError as e:
+        report.fatal("manifest-unreadable", str(e), file=rel)
+        return None
+
+
+def check_manifest(m: mf.Manifest, report: Report, *, world_size: int, num_workers: int) -> None:
+    """The manifest agrees with itself; the shard count splits evenly over the training processes."""
+    rel = mf.MANIFEST_NAME
+    seen: dict[int, int] = {}
+    for e in m.episodes:
+        if e.index in seen:
+            report.error("manifest-inconsistent", "episode listed twice", file=rel, episode=e.index)
+        seen[e.index] = e.shard
+        if e.to_index - e.from_index != e.length or e.length <= 0:
+            report.error("manifest-inconsistent", f"from_index={e.from_index}, to_index={e.to_index} disagree with "
+                         f"length={e.length}", file=rel, episode=e.index)
+        if not 0 <= e.shard < len(m.shards):
+            report.error("manifest-inconsistent", f"shard {e.shard} is not one of the {len(m.shards)} shards",
+                         file=rel, episode=e.index)
+        names = {x.name for x in e.members}
+        need = {sh.json_member(e.index), sh.rows_member(e.index)} | {sh.clip_member(e.index, c) for c in m.camera_keys}
+        if need - names:
+            report.error("manifest-inconsistent", f"member list lacks {sorted(need - names)}", file=rel,
+                         episode=e.index)
+    listed: set[int] = set()
+    for pos, s in enumerate(m.shards):
+        for ep in s.episodes:
+            if ep in listed:
+                report.error("manifest-inconsistent", "episode in two shards' lists", file=rel, episode=ep)
+            elif seen.get(ep, pos) != pos:
+                report.error("manifest-inconsistent", f"shard {pos} ({s.path}) lists the episode, whose entry says "
+                             f"shard {seen[ep]}", file=rel, episode=ep)
+            listed.add(ep)
+    if set(seen) - listed:
+        report.error("manifest-inconsistent", "episodes in no shard's list", file=rel, episodes=sorted(set(seen) - listed))
+    slots, n = world_size * num_workers, len(m.shards)
+    if n % slots:
+        short = "some get none" if n < slots else f"{n % slots} get one shard more than the rest"
+        report.warning("shards-uneven", f"{n} shards over world_size {world_size} x num_workers {num_workers} = "
+                       f"{slots} readers: {short}", file=rel)
+
+
+def _check_rows(data: bytes, e: mf.EpisodeEntry, shard: str, report: Report, *, fast: bool) -> None:
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        table = pf.read()
+    except (pa.ArrowException, OSError) as err:
+        report.error("record-unreadable", f"rows parquet unreadable: {err}", file=shard, episode=e.index)
+        return
+    if pf.metadata.num_row_groups != 1:
+        report.error("rows-rowgroups", f"{pf.metadata.num_row_groups} row groups, need exactly 1", file=shard,
+                     episode=e.index)
+    problems = []
+    if table.num_rows != e.length:
+        problems.append(f"{table.num_rows} rows, length is {e.length}")
+    cols = table.column_names
+    if "index" in cols and table.column("index").to_pylist() != list(range(e.from_index, e.from_index + table.num_rows)):
+        problems.append(f"index is not {e.from_index}..{e.to_index - 1}")
+    if "frame_index" in cols and table.column("frame_index").to_pylist() != list(range(table.num_rows)):
+        problems.append("frame_index is not 0..n-1")
+    if "episode_index" in cols and set(table.column("episode_index").to_pylist()) - {e.index}:
+        problems.append("rows of other episodes")
+    if problems:
+        report.error("rows-mismatch", "; ".join(problems), file=shard, episode=e.index)
+    if not fast and e.rows_sha256 and sh.rows_digest(table) != e.rows_sha256:
+        report.error("rows-digest", "rows hash differs from the manifest's rows_sha256", file=shard, episode=e.index)
+
+
+def _check_record(m: mf.Manifest, e: mf.EpisodeEntry, members: dict[str, bytes], shard: str, report: Report, *,
+                  fast: bool, count: CountMode) -> None:
+    """One record against its manifest entry: members, json, rows, clips."""
+    report.checked["records"] += 1
+    expected = {x.name: x for x in e.members}
+    for name in sorted(expected.keys() - members.keys()):
+        report.error("member-missing", f"member {name} is not in the shard", file=shard, episode=e.index)
+    for name in sorted(members.keys() - expected.keys()):
+        report.warning("member-unexpected", f"member {name} is not in the manifest", file=shard, episode=e.index)
+    for name in sorted(expected.keys() & members.keys()):
+        data, want = members[name], expected[name]
+        if len(data) != want.size:
+            report.error("member-size-mismatch", f"{name} is {len(data)} bytes, manifest says {want.size}",
+                         file=shard, episode=e.index)
+        elif not fast and sh.sha256_hex(data) != want.sha256:
+            report.error("member-checksum-mismatch", f"{name} sha256 differs from the manifest", file=shard,
+                         episode=e.index)
+    jname, rname = sh.json_member(e.index), sh.rows_member(e.index)
+    if jname in members:
+        try:
+            meta = json.loads(members[jname])
+        except ValueError as err:
+            report.error("record-unreadable", f"{jname} is not JSON: {err}", file=shard, episode=e.index)
+            meta = {}
+        for key, want in (("length", e.length), ("episode_index", e.index), ("index", e.index), ("fps", m.fps),
+                          ("dataset_from_index", e.from_index), ("dataset_to_index", e.to_index),
+                          ("from_index", e.from_index), ("to_index", e.to_index)):
+            if key in meta and meta[key] != want:
+                report.error("record-meta-mismatch", f"{jname} says {key}={meta[key]!r}, manifest says {want}",
+                             file=shard, episode=e.index)
+        for cam, spec in (meta.get("cameras") or {}).items():
+            if isinstance(spec, dict) and "frames" in spec and spec["frames"] != e.length:
+                report.error("record-meta-mismatch", f"{jname} says camera {cam!r} has {spec['frames']} frames, "
+                             f"length is {e.length}", file=shard, episode=e.index)
+    if rname in members:
+        _check_rows(members[rname], e, shard, report, fast=fast)
+    for cam in m.cameras:
+        name = sh.clip_member(e.index, cam.key)
+        if name not in members:
+            if name not in expected:
+                report.error("clip-missing", f"no clip of camera {cam.key!r}", file=shard, episode=e.index)
+            continue
+        report.checked["clips"] += 1
+        try:
+            probe = probe_video(io.BytesIO(members[name]), mode=count)
+        except VideoProbeError as err:
+            report.error("clip-unreadable", f"{name}: {err}", file=shard, episode=e.index)
+            continue
+        if probe.frames != e.length:
+            report.error("clip-frame-count", f"{name} has {probe.frames} frames, the episode has {e.length}",
+                         file=shard, episode=e.index)
+        if probe.codec != cam.codec or (probe.height, probe.width) != (cam.height, cam.width):
+            report.warning("clip-codec", f"{name} is {probe.codec} {probe.height}x{probe.width}, manifest says "
+                           f"{cam.codec} {cam.height}x{cam.width}", file=shard, episode=e.index)
+
+
+def check_shard(root: Root, m: mf.Manifest, pos: int, report: Report, *, fast: bool, count: CountMode) -> None:
+    """Read one shard to its end, checking size, sha256, tar integrity and each record."""
+    s = m.shards[pos]
+    report.checked["shards"] += 1
+    if not root.exists(s.path):
+        report.error("shard-missing", "shard does not exist", file=s.path, episodes=s.episodes)
+        return
+    size = root.size(s.path)
+    if size != s.size:
+        report.error("shard-size-mismatch", f"{size} bytes, manifest says {s.size}", file=s.path)
+    listed = set(s.episodes)
+    seen: dict[int, None] = {}  # episodes in tar order
+    truncated = False
+
+    def finish(key: str, members: dict[str, bytes]) -> None:
+        try:
+            ep = int(key)
+        except ValueError:
+            report.error("record-unexpected", f"record key {key!r} is not an episode index", file=s.path)
+            return
+        if ep in seen:
+            report.error("record-duplicate", "a second record of the episode (its members are not adjacent)",
+                         file=s.path, episode=ep)
+            return
+        seen[ep] = None
+        if ep not in listed:
+            where = f"the manifest puts it in shard {m.episode(ep).shard}" if _has(m, ep) else "not in the manifest"
+            report.error("record-unexpected", f"record of episode {ep}: {where}", file=s.path, episode=ep)
+            return
+        _check_record(m, m.episode(ep), members, s.path, report, fast=fast, count=count)
+
+    with root.open(s.path) as f:
+        reader = _HashingReader(f, hashing=not fast)
+        key, members = None, {}
+        try:
+            with tarfile.open(fileobj=reader, mode="r|") as tf:  # type: ignore[call-overload]
+                while (info := tf.next()) is not None:
+                    tf.members = []  # stream mode would keep every TarInfo otherwise
+                    if not info.isfile():
+                        continue
+                    k, _ = sh.split_member(info.name)
+                    if key is not None and k != key:
+                        finish(key, members)
+                        members = {}
+                    key = k
+                    members[info.name] = tf.extractfile(info).read()
+        except (tarfile.TarError, EOFError, OSError) as err:
+            truncated = True
+            where = f" inside the record of {key}" if key is not None else ""
+            report.error("shard-truncated", f"tar breaks after {reader.n} bytes{where}: {err}", file=s.path)
+        else:
+            if key is not None:
+                finish(key, members)
+            reader.drain()
+            if reader.n % tarfile.BLOCKSIZE or reader.tail != bytes(_EOA):
+                truncated = True
+                report.error("shard-truncated", f"tar of {reader.n} bytes has no end-of-archive marker", file=s.path)
+    if reader.h is not None and not truncated and size == s.size and reader.h.hexdigest() != s.sha256:
+        report.error("shard-checksum-mismatch", "sha256 differs from the manifest", file=s.path)
+    missing = [ep for ep in s.episodes if ep not in seen]
+    if missing:
+        why = " (the tar is truncated)" if truncated else ""
+        report.error("record-missing", f"records missing from the shard{why}", file=s.path, episodes=missing)
+    elif [ep for ep in seen if ep in listed] != list(s.episodes):
+        report.warning("record-order", "records are not in the manifest's order", file=s.path)
+
+
+def _has(m: mf.Manifest, ep: int) -> bool:
+    try:
+        m.episode(ep)
+    except KeyError:
+        return False
+    return True
+
+
+def check_meta(root: Root, m: mf.Manifest, report: Report, *, progress: bool) -> None:
+    """The LeRobot v3 view (meta/ + data/) passes the source checks and agrees with the manifest."""
+    if not root.exists(INFO_PATH):
+        report.warning("meta-missing", "no meta/info.json: data/ is not readable as a LeRobot dataset", file=INFO_PATH)
+        return
+    meta = check_source(root, report, videos=False, progress=progress, unreadable="error")
+    if meta is None or meta.episodes is None:
+        return
+    ours = {e.index: e for e in meta.episodes}
+    for e in m.episodes:
+        v = ours.get(e.index)
+        if v is None:
+            report.error("meta-manifest-mismatch", "in roboreel.json but not in meta/episodes", file=EPISODES_DIR,
+                         episode=e.index)
+        elif (v.length, v.from_index, v.to_index) != (e.length, e.from_index, e.to_index):
+            report.error("meta-manifest-mismatch", f"meta/episodes says length {v.length}, {v.from_index}.."
+                         f"{v.to_index}; roboreel.json says length {e.length}, {e.from_index}..{e.to_index}",
+                         file=EPISODES_DIR, episode=e.index)
+    extra = sorted(set(ours) - {e.index for e in m.episodes})
+    if extra:
+        report.error("meta-manifest-mismatch", "in meta/episodes but not in roboreel.json", file=EPISODES_DIR,
+                     episodes=extra)
+
+
+def check_compiled(root: Root, report: Report, *, world_size: int = 1, num_workers: int = 1, fast: bool = False,
+                   count: CountMode = "packets", progress: bool = False) -> mf.Manifest | None:
+    """Every compiled check; returns the manifest (None when it is unreadable: a fatal finding)."""
+    m = load(root, report)
+    if m is None:
+        return None
+    check_manifest(m, report, world_size=world_size, num_workers=num_workers)
+    listed = {s.path for s in m.shards}
+    for rel in root.find(sh.SHARD_DIR, ".tar"):
+        if rel not in listed:
+            report.warning("shard-unexpected", "shard file not listed in the manifest", file=rel)
+    for pos in progress_bar(range(len(m.shards)), enabled=progress, desc="shards", unit="shard"):
+        check_shard(root, m, pos, report, fast=fast, count=count)
+    check_meta(root, m, report, progress=progress)
+    return m

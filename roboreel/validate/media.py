@@ -1,0 +1,61 @@
+"""How many frames an mp4 holds, without trusting more than needed.
+
+Three ways, cheapest first: ``header`` reads the container's frame count (moov/stts: no media bytes read, but a
+file cut after its header still claims every frame); ``packets`` demuxes every packet (reads the whole file,
+decodes nothing: exact, catches truncation); ``decode`` also decodes every frame (catches corrupt bitstreams).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import IO, Literal
+
+import av
+
+CountMode = Literal["header", "packets", "decode"]
+COUNT_MODES: tuple[str, ...] = ("header", "packets", "decode")
+
+
+class VideoProbeError(Exception):
+    """The bytes are not a readable video (not a container, no video stream, broken mid-file)."""
+
+
+@dataclass(frozen=True)
+class VideoProbe:
+    """What one mp4 holds. ``pts_s`` (presentation times in seconds, sorted) is None in ``header`` mode."""
+
+    codec: str  # canonical codec name: "av1", "hevc", "h264"
+    width: int
+    height: int
+    frames: int
+    pts_s: tuple[float, ...] | None = None
+
+
+def probe_video(source: IO[bytes], *, mode: CountMode = "packets") -> VideoProbe:
+    """Count the frames of the first video stream in ``source`` (a binary file object, e.g. BytesIO)."""
+    if mode not in COUNT_MODES:
+        raise ValueError(f"mode must be one of {COUNT_MODES}, got {mode!r}")
+    try:
+        with av.open(source, "r") as container:
+            if not container.streams.video:
+                raise VideoProbeError("no video stream")
+            stream = container.streams.video[0]
+            ctx = stream.codec_context
+            codec, width, height = ctx.codec.canonical_name, ctx.width, ctx.height  # "av1", not "libdav1d"
+            if mode == "header" and stream.frames > 0:
+                return VideoProbe(codec=codec, width=width, height=height, frames=int(stream.frames))
+            pts: list[float] = []
+            tb = float(stream.time_base) if stream.time_base is not None else 0.0
+            if mode == "decode":
+                stream.thread_type = "AUTO"
+                for frame in container.decode(stream):
+                    pts.append(float(frame.pts) * tb if frame.pts is not None else float("nan"))
+            else:
+                for packet in container.demux(stream):
+                    if packet.size == 0 and packet.pts is None:
+                        continue  # the demuxer's end-of-stream flush packet, not a frame
+                    pts.append(float(packet.pts) * tb if packet.pts is not None else float("nan"))
+    except av.FFmpegError as e:
+        raise VideoProbeError(str(e)) from e
+    pts.sort()
+    return VideoProbe(codec=codec, width=width, height=height, frames=len(pts), pts_s=tuple(pts))

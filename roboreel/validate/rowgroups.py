@@ -1,0 +1,145 @@
+"""Data parquet checks, one row group at a time: every row group holds exactly one episode, no episode spans
+row groups, and each episode's rows are exactly its frames.
+
+Why row groups matter: roboreel (and LeRobot since its PR #3807) reads one episode's rows as one row group.
+Only three int64 columns are read, one row group at a time, and each episode keeps a few integers per row group
+it appears in, so memory stays flat however large the dataset.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from roboreel.formats import lerobot_v3 as v3
+from roboreel.validate._io import Root, progress_bar
+from roboreel.validate.report import Report
+
+_KEYS = ["episode_index", "index", "frame_index"]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The rows of one episode inside one row group."""
+
+    file: str
+    row_group: int
+    rows: int
+    first_index: int
+    last_index: int
+    first_frame: int
+    contiguous: bool  # index and frame_index both step by exactly 1 inside the segment
+
+    @property
+    def place(self) -> str:
+        return f"{self.file} row group {self.row_group}"
+
+
+def _segments(rel: str, rg: int, table: pa.Table) -> dict[int, Segment]:
+    eps = table.column("episode_index").to_numpy()
+    index = table.column("index").to_numpy()
+    frame = table.column("frame_index").to_numpy()
+    # Group rows by episode with one stable sort (old datasets hold thousands of episodes per row group, where a
+    # mask per episode would be quadratic); rows keep their file order inside each group.
+    order = np.argsort(eps, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(eps[order]) != 0])
+    ends = np.r_[starts[1:], len(order)]
+    out = {}
+    for a, b in sorted(zip(starts.tolist(), ends.tolist(), strict=True), key=lambda ab: order[ab[0]]):
+        rows = order[a:b]  # in order of first appearance in the row group
+        idx, fr = index[rows], frame[rows]
+        contiguous = bool((np.diff(idx) == 1).all() and (np.diff(fr) == 1).all())
+        out[int(eps[rows[0]])] = Segment(rel, rg, b - a, int(idx[0]), int(idx[-1]), int(fr[0]), contiguous)
+    return out
+
+
+def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
+               segments: dict[int, list[Segment]]) -> bool:
+    """Record the segments of every row group of one file; False if the file could not be read."""
+    try:
+        with root.open(rel) as f:
+            pf = pq.ParquetFile(f)
+            names = pf.schema_arrow.names
+            missing = [k for k in info.tabular_keys if k not in names]
+            if missing:
+                report.error("data-columns-missing", f"lacks feature columns {missing}", file=rel)
+            if any(k not in names for k in _KEYS):
+                report.error("data-file-unreadable", f"needs columns {_KEYS} to locate episodes, has {names}", file=rel)
+                return False
+            for rg in range(pf.num_row_groups):
+                report.checked["row_groups"] += 1
+                table = pf.read_row_group(rg, columns=_KEYS)
+                if table.num_rows == 0:
+                    continue
+                found = _segments(rel, rg, table)
+                if len(found) > 1:
+                    report.error("rowgroup-multi-episode", f"row group holds {len(found)} episodes",
+                                 file=rel, row_group=rg, episodes=list(found))
+                for ep, seg in found.items():
+                    segments[ep].append(seg)
+    except FileNotFoundError:
+        return False
+    except (pa.ArrowException, OSError, ValueError) as e:
+        report.error("data-file-unreadable", f"unreadable parquet: {e}", file=rel)
+        return False
+    return True
+
+
+def _check_episode(meta: v3.EpisodeMeta, segs: list[Segment], report: Report) -> None:
+    ep = meta.index
+    files = {s.file for s in segs}
+    if files != {meta.data_path}:
+        report.error("episode-wrong-file", f"rows are in {sorted(files)}, meta/episodes says {meta.data_path}",
+                     file=segs[0].file, episode=ep)
+    rows = sum(s.rows for s in segs)
+    if rows != meta.length:
+        report.error("episode-length-mismatch", f"data holds {rows} rows, meta/episodes length is {meta.length}",
+                     file=segs[0].file, episode=ep)
+    ordered = sorted(segs, key=lambda s: s.first_index)
+    ok = ordered[0].first_index == meta.from_index and ordered[-1].last_index == meta.to_index - 1
+    for prev, cur in zip(ordered, ordered[1:], strict=False):
+        ok = ok and cur.first_index == prev.last_index + 1
+    ok = ok and all(s.contiguous and s.first_frame == s.first_index - meta.from_index for s in ordered)
+    if not ok:
+        runs = ", ".join(f"{s.first_index}..{s.last_index}" for s in ordered)
+        report.error("episode-index-mismatch", f"rows have index {runs} (frame_index from "
+                     f"{ordered[0].first_frame}{'' if all(s.contiguous for s in ordered) else ', with jumps'}); "
+                     f"meta/episodes says {meta.from_index}..{meta.to_index - 1}", file=segs[0].file, episode=ep)
+
+
+def scan_data(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta] | None, report: Report, *,
+              progress: bool = False) -> None:
+    """Check every data parquet named by meta/episodes or found under data/, then each episode's rows."""
+    named: dict[str, list[int]] = defaultdict(list)
+    for e in episodes or ():
+        named[e.data_path].append(e.index)
+    files = sorted(set(named) | set(root.find("data", ".parquet")))
+    segments: dict[int, list[Segment]] = defaultdict(list)
+    failed: set[str] = set()
+    for rel in progress_bar(files, enabled=progress, desc="data", unit="file"):
+        report.checked["data_files"] += 1
+        if not root.exists(rel):
+            report.error("data-file-missing", "data parquet does not exist", file=rel, episodes=named[rel])
+            failed.add(rel)
+        elif not _scan_file(root, rel, info, report, segments):
+            failed.add(rel)
+    by_index = {e.index: e for e in episodes or ()}
+    for ep, segs in sorted(segments.items()):
+        if len(segs) > 1:
+            one_file = len({s.file for s in segs}) == 1
+            places = ", ".join(str(s.row_group) if one_file else s.place for s in segs)
+            report.error("episode-split-rowgroups", f"rows spread over {len(segs)} row groups: {places}",
+                         file=segs[0].file, episode=ep)
+        if episodes is not None and ep not in by_index:
+            report.error("episode-not-in-meta", f"{sum(s.rows for s in segs)} rows of an episode meta/episodes "
+                         "does not list", file=segs[0].file, episode=ep)
+        elif ep in by_index:
+            _check_episode(by_index[ep], segs, report)
+    for e in episodes or ():
+        if e.index not in segments and e.data_path not in failed:
+            report.error("episode-rows-missing", f"no rows in the data (meta/episodes says {e.data_path})",
+                         file=e.data_path, episode=e.index)
