@@ -189,11 +189,31 @@ class LeRobotSource:
 
     def episode_files(self) -> list[str]:
         """The meta/episodes parquet files, dataset-relative, sorted."""
-        found = self.fs.glob(self.path(EPISODES_DIR) + "/chunk-*/file-*.parquet")
-        if not found:
-            raise SourceError("no episode metadata files", file=EPISODES_DIR + "/chunk-*/file-*.parquet")
+        try:
+            found = self.fs.glob(self.path(EPISODES_DIR) + "/chunk-*/file-*.parquet")
+        except (OSError, NotImplementedError, ValueError):
+            found = []  # e.g. a plain HTTP server without directory listings
         prefix = self.root + "/" if self.root else ""
-        return sorted(p[len(prefix) :] if p.startswith(prefix) else p for p in found)
+        rels = sorted(p[len(prefix) :] if p.startswith(prefix) else p for p in found)
+        if not rels:
+            rels = self._probe_episode_files()
+        if not rels:
+            raise SourceError("no episode metadata files", file=EPISODES_DIR + "/chunk-*/file-*.parquet")
+        return rels
+
+    def _probe_episode_files(self) -> list[str]:
+        """Where listing is impossible, walk LeRobot's file numbering (file_index wraps at chunks_size)."""
+        chunks_size = int(self.info.raw.get("chunks_size") or 1000)
+        out: list[str] = []
+        chunk = file = 0
+        while True:
+            rel = EPISODES_PATH.format(chunk_index=chunk, file_index=file)
+            if not self.exists(rel):
+                return out
+            out.append(rel)
+            file += 1
+            if file >= chunks_size:
+                chunk, file = chunk + 1, 0
 
     @cached_property
     def episodes(self) -> list[EpisodeMeta]:
