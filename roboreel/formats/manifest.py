@@ -175,6 +175,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the file is for everyone who may read the dataset
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -1,0 +1,75 @@
+"""``roboreel compile SRC OUT``: compile a LeRobot v3 dataset into HEVC episode shards (see docs/format.md).
+
+``roboreel compile SRC OUT --part K/N`` compiles the K-th of N blocks of shards (0 <= K < N, e.g. a SLURM array
+task id); ``roboreel compile --finalize OUT`` writes the manifest once every part is done (the last part to
+finish also does it by itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(x) for x in text.lower().split("x"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--resize must be HxW (e.g. 224x224), got {text!r}") from e
+    return h, w
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from roboreel.compile.settings import X265_PRESETS, CompileSettings
+
+    d = CompileSettings()
+    p = sub.add_parser("compile", help="compile a LeRobot v3 dataset into HEVC episode tar shards",
+                       description=__doc__)
+    p.add_argument("paths", nargs="+", metavar="SRC OUT",
+                   help="source dataset (path or fsspec URL: hf://datasets/..., s3://, file://) and output "
+                        "directory; with --finalize, only OUT")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel shard jobs (default: CPUs)")
+    p.add_argument("--part", default=None, metavar="K/N", help="compile only block K of N (0 <= K < N)")
+    p.add_argument("--finalize", action="store_true", help="only write meta/ + roboreel.json for OUT")
+    p.add_argument("--crf", type=int, default=d.crf, help=f"x265 CRF (default {d.crf})")
+    p.add_argument("--preset", default=d.preset, choices=X265_PRESETS, help=f"x265 preset (default {d.preset})")
+    p.add_argument("--gop", type=int, default=d.gop, help=f"keyframe interval in frames (default {d.gop})")
+    p.add_argument("--bframes", type=int, default=d.bframes, help=f"B-frames (default {d.bframes})")
+    p.add_argument("--codec", default=d.codec, choices=["hevc"], help="output codec")
+    p.add_argument("--reencode", action="store_true", help="re-encode HEVC/H.264 sources instead of copying")
+    p.add_argument("--resize", type=_size, default=None, metavar="HxW", help="resize every camera to HxW")
+    p.add_argument("--shard-size-mb", type=float, default=d.shard_size_mb,
+                   help=f"target shard size (default {d.shard_size_mb:g} MB)")
+    p.add_argument("--episodes-per-shard", type=int, default=None, help="fixed episodes per shard")
+    p.add_argument("--psnr-frames", type=int, default=d.psnr_frames, help="frames per clip sampled for PSNR")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing compile in OUT")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from roboreel.compile import CompileSettings, compile_dataset, finalize
+    from roboreel.compile.plan import parse_part
+
+    if args.finalize:
+        if len(args.paths) != 1:
+            raise ValueError("--finalize takes only OUT: roboreel compile --finalize OUT")
+        m = finalize(args.paths[0])
+        print(f"finalized {args.paths[0]}: {len(m.episodes)} episodes, {m.total_frames} frames, "
+              f"{len(m.shards)} shards, {sum(s.size for s in m.shards) / 1e6:.1f} MB")
+        return 0
+    if len(args.paths) != 2:
+        raise ValueError("compile needs SRC and OUT: roboreel compile SRC OUT")
+    src, out = args.paths
+    settings = CompileSettings(
+        codec=args.codec, crf=args.crf, preset=args.preset, gop=args.gop, bframes=args.bframes,
+        reencode=args.reencode, resize=args.resize, shard_size_mb=args.shard_size_mb,
+        episodes_per_shard=args.episodes_per_shard, psnr_frames=args.psnr_frames,
+    )
+    report = compile_dataset(
+        src, out, settings=settings, workers=args.workers,
+        part=parse_part(args.part) if args.part else None, progress=not args.no_progress,
+        overwrite=args.overwrite,
+    )
+    print(report.summary())
+    return 0

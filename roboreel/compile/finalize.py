@@ -1,0 +1,184 @@
+"""Finalize a compile: once every shard exists, rewrite LeRobot v3 meta/ and write ``roboreel.json`` last.
+
+Reads only OUT (the lock, the per-shard sidecars and the source meta snapshot), so it can run as its own job
+after a SLURM array. Idempotent: running it again rewrites the same bytes.
+
+meta/ describes the compiled dataset as LeRobot v3: data/ files are the shards' parquet files; each episode's
+clip of camera ``cam`` is described as its own video file (chunk = episode // chunks_size, file = episode %
+chunks_size, from_timestamp 0, to_timestamp length/fps): unpacking the tar member ``<key>.<cam>.mp4`` to that
+video_path yields a plain LeRobot dataset. A ``roboreel/shard`` column says which shard holds the episode.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from roboreel import __version__
+from roboreel.compile.outdir import read_lock, snapshot_source
+from roboreel.compile.pack import atomic_write, remove_stale_temps
+from roboreel.compile.plan import camera_hw
+from roboreel.compile.settings import CompileSettings
+from roboreel.compile.shardjob import entry_from_dict, shard_done
+from roboreel.formats import lerobot_v3 as v3
+from roboreel.formats.errors import CompiledFormatError
+from roboreel.formats.lerobot_v3 import read_parquet
+from roboreel.formats.manifest import MANIFEST_NAME, CameraSpec, Manifest, ShardEntry, write_manifest
+from roboreel.formats.shard import table_to_parquet_bytes
+
+SHARD_COLUMN = "roboreel/shard"
+
+
+def _ranges(ids: list[int]) -> str:
+    """[1, 2, 3, 7] -> "1-3, 7"."""
+    out, start = [], None
+    for i, x in enumerate(ids):
+        if start is None:
+            start = x
+        if i + 1 == len(ids) or ids[i + 1] != x + 1:
+            out.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ", ".join(out)
+
+
+def collect_sidecars(out: str, n_shards: int) -> list[dict[str, Any]]:
+    """Every shard's sidecar, or CompiledFormatError listing the shards not (completely) compiled yet."""
+    sides, missing = [], []
+    for i in range(n_shards):
+        side = shard_done(out, i)
+        (missing.append(i) if side is None else sides.append(side))
+    if missing:
+        raise CompiledFormatError(
+            f"{len(missing)} of {n_shards} shards are not compiled yet (shards {_ranges(missing)}); run the missing "
+            "--part jobs or rerun compile on this OUT, then finalize",
+            file=out,
+        )
+    return sides
+
+
+def _camera_specs(sides: list[dict[str, Any]], cams: list[str]) -> list[CameraSpec]:
+    specs = []
+    for cam in cams:
+        infos = [c[cam] for s in sides for c in s["clips"].values()]
+        sizes = {(i["height"], i["width"]) for i in infos}
+        if len(sizes) != 1:
+            raise CompiledFormatError(f"camera {cam!r} clips have several sizes {sorted(sizes)}")
+        (h, w), codecs = sizes.pop(), sorted({i["codec"] for i in infos})
+        gops, bfs = {i["gop"] for i in infos}, {i["bframes"] for i in infos}
+        specs.append(CameraSpec(
+            key=cam, codec=",".join(codecs), height=h, width=w,
+            gop=gops.pop() if len(gops) == 1 else None, bframes=bfs.pop() if len(bfs) == 1 else None,
+        ))
+    return specs
+
+
+def compiled_features(features: dict[str, Any], specs: list[CameraSpec], settings: CompileSettings) -> dict:
+    """The source feature dict with camera entries describing the compiled clips."""
+    feats = copy.deepcopy(features)
+    for spec in specs:
+        f = feats[spec.key]
+        h0, w0 = camera_hw(f)
+        shape = list(f.get("shape") or [h0, w0, 3])
+        if len(shape) == 3:
+            chw = (f.get("names") or [None])[0] == "channels" or (shape[0] in (1, 3) and shape[2] not in (1, 3))
+            shape = [shape[0], spec.height, spec.width] if chw else [spec.height, spec.width, shape[2]]
+        f["shape"] = shape
+        info = dict(f.get("info") or {})
+        info.update({"video.height": spec.height, "video.width": spec.width, "video.codec": spec.codec,
+                     "video.pix_fmt": "yuv420p"})
+        if spec.gop is not None:  # re-encoded (stream-copied clips keep the source's encoder settings)
+            info.update({"video.g": spec.gop, "video.crf": settings.crf, "video.bframes": spec.bframes})
+        f["info"] = info
+    return feats
+
+
+def _episodes_table(snapshot, lock: dict, sides: list[dict], cams: list[str], fps: int) -> pa.Table:
+    tables = [read_parquet(snapshot.fs, snapshot.path(rel), rel) for rel in snapshot.episode_files()]
+    table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+    table = table.take(pc.sort_indices(table, [("episode_index", "ascending")]))
+    cs = int(lock["chunks_size"])
+    where = {ep: s["shard"] for s in sides for ep in s["episodes"]}
+    eps = table.column("episode_index").to_pylist()
+    lengths = table.column("length").to_pylist()
+    shard = [where[e] for e in eps]
+    cols: dict[str, list] = {
+        "data/chunk_index": [s // cs for s in shard], "data/file_index": [s % cs for s in shard],
+        "meta/episodes/chunk_index": [0] * len(eps), "meta/episodes/file_index": [0] * len(eps),
+    }
+    for cam in cams:
+        cols[f"videos/{cam}/chunk_index"] = [e // cs for e in eps]
+        cols[f"videos/{cam}/file_index"] = [e % cs for e in eps]
+        cols[f"videos/{cam}/from_timestamp"] = [0.0] * len(eps)
+        cols[f"videos/{cam}/to_timestamp"] = [n / fps for n in lengths]
+    for name, values in cols.items():
+        if name in table.column_names:
+            i = table.column_names.index(name)
+            table = table.set_column(i, name, pa.array(values, type=table.schema.field(name).type))
+        else:
+            table = table.append_column(name, pa.array(values, type=pa.int64()))
+    return table.append_column(SHARD_COLUMN, pa.array(shard, type=pa.int64()))
+
+
+def finalize(out: str) -> Manifest:
+    """Write meta/ and the manifest of a compile whose shards all exist (see module doc)."""
+    out = os.fspath(out)
+    lock = read_lock(out)
+    if lock is None:
+        raise CompiledFormatError("no compile lock: not a roboreel compile output", file=out)
+    settings = CompileSettings.from_dict(lock["settings"])
+    sides = collect_sidecars(out, len(lock["shards"]))
+    for i, (side, planned) in enumerate(zip(sides, lock["shards"], strict=True)):
+        if side["episodes"] != planned:
+            raise CompiledFormatError(f"shard {i} holds episodes {side['episodes']}, the plan says {planned}",
+                                      file=os.path.join(out, side["tar"]["path"]))
+    snap = snapshot_source(out)
+    info = snap.info
+    cams = info.camera_keys
+    specs = _camera_specs(sides, cams)
+    features = compiled_features(info.features, specs, settings)
+    entries = sorted((entry_from_dict(e) for s in sides for e in s["entries"]), key=lambda e: e.index)
+    tasks = snap.tasks
+
+    for rel in (v3.INFO_PATH, v3.TASKS_PATH, v3.STATS_PATH, v3.EPISODES_PATH.format(chunk_index=0, file_index=0),
+                MANIFEST_NAME):
+        remove_stale_temps(os.path.join(out, rel))  # left by a finalize that was killed
+    new_info = {
+        **info.raw,
+        "total_episodes": len(entries),
+        "total_frames": sum(e.length for e in entries),
+        "total_tasks": len(tasks),
+        "chunks_size": int(lock["chunks_size"]),
+        "data_path": v3.DEFAULT_DATA_PATH,
+        "video_path": v3.DEFAULT_VIDEO_PATH if cams else None,
+        "features": features,
+    }
+    atomic_write(os.path.join(out, v3.INFO_PATH), (json.dumps(new_info, indent=4) + "\n").encode())
+    with snap.open(v3.TASKS_PATH) as f:
+        atomic_write(os.path.join(out, v3.TASKS_PATH), f.read())
+    if snap.exists(v3.STATS_PATH):
+        with snap.open(v3.STATS_PATH) as f:
+            atomic_write(os.path.join(out, v3.STATS_PATH), f.read())
+    episodes = _episodes_table(snap, lock, sides, cams, info.fps)
+    atomic_write(os.path.join(out, v3.EPISODES_PATH.format(chunk_index=0, file_index=0)),
+                 table_to_parquet_bytes(episodes))
+
+    manifest = Manifest(
+        fps=info.fps,
+        features=features,
+        cameras=specs,
+        tasks=tasks,
+        shards=[ShardEntry(path=s["tar"]["path"], size=s["tar"]["size"], sha256=s["tar"]["sha256"],
+                           episodes=s["episodes"]) for s in sides],
+        episodes=entries,
+        source={**lock["source"], "codebase_version": info.raw.get("codebase_version")},
+        settings={**settings.to_dict(), "container": "mp4", "x265_params": {
+            c.key: settings.x265_params(height=c.height, width=c.width) for c in specs if c.gop is not None}},
+        created_by=f"roboreel {__version__}",
+    )
+    write_manifest(out, manifest)
+    return manifest

@@ -1,0 +1,142 @@
+"""The compile OUT directory's own bookkeeping: the lock (what is being compiled) and a source meta snapshot.
+
+The lock, ``OUT/.roboreel-compile.json``, is written before anything else. It names the source (URL and
+fingerprint), the settings and the shard plan; a later run into the same OUT resumes only when all of these
+match, and refuses otherwise, so one OUT never mixes bytes from two sources or two settings. The snapshot
+(a byte copy of the source's meta/) lets ``finalize(OUT)`` rewrite meta/ without access to the source, e.g. in
+a SLURM job on a node that cannot reach it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+from roboreel.compile.pack import TMP_SUFFIX, atomic_write
+from roboreel.compile.settings import CompileSettings
+from roboreel.compile.shardjob import PARTS_DIR
+from roboreel.formats import lerobot_v3 as v3
+from roboreel.formats.errors import CompiledFormatError
+from roboreel.formats.lerobot_v3 import LeRobotSource
+from roboreel.formats.manifest import MANIFEST_NAME
+
+LOCK_NAME = ".roboreel-compile.json"
+LOCK_FORMAT = "roboreel-compile-lock"
+LOCK_VERSION = 1
+SNAPSHOT_DIR = f"{PARTS_DIR}/source"
+
+
+def make_lock(*, url: str, fingerprint: str, settings: CompileSettings, chunks_size: int,
+              shards: list[list[int]]) -> dict[str, Any]:
+    return {
+        "format": LOCK_FORMAT,
+        "version": LOCK_VERSION,
+        "source": {"url": url, "fingerprint": fingerprint},
+        "settings": settings.to_dict(),
+        "chunks_size": chunks_size,
+        "shards": shards,
+    }
+
+
+def read_lock(out: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(out, LOCK_NAME), "rb") as f:
+            lock = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise CompiledFormatError(f"compile lock is not valid JSON: {e}", file=os.path.join(out, LOCK_NAME)) from e
+    if not isinstance(lock, dict) or lock.get("format") != LOCK_FORMAT or lock.get("version") != LOCK_VERSION:
+        raise CompiledFormatError("not a roboreel compile lock (or written by another version)",
+                                  file=os.path.join(out, LOCK_NAME))
+    return lock
+
+
+def lock_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between a lock found in OUT and this run's (empty: same compile, resume is safe)."""
+    diffs = []
+    if old["source"]["fingerprint"] != new["source"]["fingerprint"]:
+        diffs.append(f"source fingerprint ({old['source']['url']} vs {new['source']['url']})")
+    for key in sorted(set(old["settings"]) | set(new["settings"])):
+        if old["settings"].get(key) != new["settings"].get(key):
+            diffs.append(f"setting {key}: {old['settings'].get(key)!r} vs {new['settings'].get(key)!r}")
+    if old.get("chunks_size") != new.get("chunks_size") or old.get("shards") != new.get("shards"):
+        diffs.append("shard plan")
+    return diffs
+
+
+def is_compile_dir(out: str) -> bool:
+    """Whether ``out`` looks like a roboreel compile output (safe for --overwrite to delete)."""
+    return os.path.exists(os.path.join(out, LOCK_NAME)) or os.path.exists(os.path.join(out, MANIFEST_NAME))
+
+
+def _entries(out: str) -> list[str]:
+    """OUT's entries, ignoring temp files of a lock being written (a concurrent --part job starting up)."""
+    if not os.path.isdir(out):
+        return []
+    return [n for n in os.listdir(out) if not (n.startswith(f".{LOCK_NAME}.") and n.endswith(TMP_SUFFIX))]
+
+
+def prepare_out(out: str, lock: dict[str, Any], *, overwrite: bool) -> bool:
+    """Make OUT ready for this compile and write its lock; returns True when OUT started empty.
+
+    Refuses (FileExistsError) a non-empty OUT that is not this same compile.
+    """
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise FileExistsError(f"{out} exists and is not a directory")
+    if _entries(out):
+        if overwrite:
+            if not is_compile_dir(out):
+                raise FileExistsError(
+                    f"{out} is not empty and is not a roboreel compile output; refusing to delete it with "
+                    "--overwrite (choose an empty or new directory)"
+                )
+            shutil.rmtree(out)
+        else:
+            old = read_lock(out)
+            if old is None:
+                raise FileExistsError(f"{out} is not empty and holds no roboreel compile (choose another OUT)")
+            diffs = lock_mismatch(old, lock)
+            if diffs:
+                raise FileExistsError(
+                    f"{out} holds a compile of a different source or settings ({'; '.join(diffs)}); "
+                    "pass --overwrite to replace it, or choose another OUT"
+                )
+    fresh = not _entries(out)
+    os.makedirs(out, exist_ok=True)
+    lock_path = os.path.join(out, LOCK_NAME)
+    if not os.path.exists(lock_path):  # a matching lock stays as it is (it may name the source by another URL)
+        atomic_write(lock_path, (json.dumps(lock, indent=1) + "\n").encode())
+    return fresh
+
+
+def _read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def write_snapshot(out: str, source: LeRobotSource) -> None:
+    """Copy the source's meta/ files (info, tasks, stats, episodes) under OUT/.roboreel-parts/source/."""
+    rels = [v3.INFO_PATH, v3.TASKS_PATH, *source.episode_files()]
+    if source.exists(v3.STATS_PATH):
+        rels.append(v3.STATS_PATH)
+    for rel in rels:
+        dest = os.path.join(out, SNAPSHOT_DIR, rel)
+        with source.open(rel) as f:
+            data = f.read()
+        if _read_bytes(dest) != data:
+            atomic_write(dest, data)
+
+
+def snapshot_source(out: str) -> LeRobotSource:
+    """The snapshot as a (meta-only) LeRobotSource."""
+    path = os.path.join(out, SNAPSHOT_DIR)
+    if not os.path.exists(os.path.join(path, v3.INFO_PATH)):
+        raise CompiledFormatError("the source meta snapshot is missing: rerun compile on this OUT",
+                                  file=os.path.join(out, SNAPSHOT_DIR))
+    return LeRobotSource(path)

@@ -1,0 +1,237 @@
+"""``compile_dataset``: check the source, plan shards, compile the missing ones in a process pool, finalize.
+
+Order of events, each step crash-safe:
+1. check the source's metadata and data schemas (nothing written yet: bad metadata leaves OUT untouched);
+2. write OUT's lock (source fingerprint, settings, plan) and a meta snapshot, or verify they match (resume);
+3. compile every shard of this part that has no complete sidecar yet, ``workers`` at a time (spawned processes:
+   no fork of a parent holding fsspec/FFmpeg threads);
+4. finalize (meta/ + roboreel.json) when every shard of the dataset exists.
+
+A data fault (SourceError) stops the run. When this run created OUT and compiles the whole dataset, OUT is
+removed again; otherwise finished shards stay (they are complete and valid) and temp files are removed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import math
+import multiprocessing as mp
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from roboreel.compile.finalize import finalize as finalize_out
+from roboreel.compile.outdir import make_lock, prepare_out, write_snapshot
+from roboreel.compile.plan import (
+    check_encodable,
+    check_part,
+    check_source,
+    estimate_episode_bytes,
+    part_shards,
+    plan_shards,
+)
+from roboreel.compile.settings import CompileSettings
+from roboreel.compile.shardjob import ShardJob, run_shard, shard_done, sweep_temps
+from roboreel.formats.errors import RoboreelError
+from roboreel.formats.lerobot_v3 import LeRobotSource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompileReport:
+    """What a compile run did. Counts cover this run's part (all shards without ``part``)."""
+
+    out: str
+    episodes: int
+    frames: int
+    shards: int  # shards in this part
+    shards_total: int  # shards in the whole dataset
+    shards_compiled: int  # compiled by this run
+    shards_skipped: int  # already complete (resume)
+    clips_encoded: int
+    clips_remuxed: int
+    bytes: int  # shard bytes of this part
+    psnr_mean: float | None  # dB over the sampled frames of re-encoded clips (None when none were re-encoded)
+    psnr_min: float | None
+    seconds: float
+    frames_per_s: float  # episode frames compiled by this run per wall-clock second (each has `cameras` images)
+    finalized: bool
+    cameras: int = 0
+    part: tuple[int, int] | None = None
+    psnr_per_camera: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        psnr = (f"PSNR mean {self.psnr_mean:.2f} dB, min {self.psnr_min:.2f} dB" if self.psnr_mean is not None
+                else "PSNR n/a (no re-encoded clips)")
+        part = f" (part {self.part[0]}/{self.part[1]})" if self.part else ""
+        return (
+            f"{self.out}{part}: {self.episodes} episodes, {self.frames} frames, {self.shards} shards "
+            f"({self.shards_compiled} compiled, {self.shards_skipped} already done), {self.bytes / 1e6:.1f} MB; "
+            f"clips: {self.clips_encoded} encoded, {self.clips_remuxed} stream-copied; {psnr}; "
+            f"{self.seconds:.1f}s, {self.frames_per_s:.0f} frames/s x {self.cameras} cameras; "
+            + ("manifest written" if self.finalized else "not finalized (other parts missing)")
+        )
+
+
+def _local_out(out: str) -> str:
+    out = os.fspath(out)
+    if out.startswith("file://"):
+        out = out[len("file://"):]
+    if "://" in out:
+        raise ValueError(f"OUT must be a local directory (compile writes with temp names and renames), got {out!r}")
+    return os.path.abspath(out)
+
+
+# -- worker side ------------------------------------------------------------------------------------------
+_QUEUE: Any = None
+
+
+def _init_worker(queue: Any) -> None:
+    global _QUEUE
+    _QUEUE = queue
+    os.environ.setdefault("SVT_LOG", "1")
+
+
+def _run_in_worker(job: ShardJob) -> dict[str, Any]:
+    return run_shard(job, on_episode=lambda n: _QUEUE.put(n))
+
+
+# -- parent side ------------------------------------------------------------------------------------------
+def _run_jobs(jobs: list[ShardJob], workers: int, bar: Any) -> None:
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            run_shard(job, on_episode=bar.update)
+        return
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx, initializer=_init_worker,
+                                initargs=(queue,)) as pool:
+        pending = {pool.submit(_run_in_worker, job) for job in jobs}
+        try:
+            while pending:
+                done, pending = cf.wait(pending, timeout=0.25, return_when=cf.FIRST_COMPLETED)
+                while not queue.empty():
+                    bar.update(queue.get())
+                for f in done:
+                    f.result()  # re-raises a worker's error here
+        except BaseException:
+            for f in pending:
+                f.cancel()
+            raise
+        finally:
+            while not queue.empty():
+                bar.update(queue.get())
+
+
+def compile_dataset(
+    src: str,
+    out: str,
+    *,
+    settings: CompileSettings | None = None,
+    workers: int = 1,
+    part: tuple[int, int] | None = None,
+    finalize: bool = True,
+    progress: bool = False,
+    storage_options: dict | None = None,
+    overwrite: bool = False,
+) -> CompileReport:
+    """Compile the LeRobot v3 dataset at ``src`` (path or fsspec URL) into ``out`` (a local directory).
+
+    ``part=(K, N)`` compiles the K-th of N contiguous blocks of shards (0 <= K < N); the manifest is written by
+    whichever run finds every shard complete (or by ``finalize(out)``). ``finalize=False`` never writes it.
+    Rerunning into the same OUT resumes: complete shards are kept, the rest compiled.
+    """
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    settings = settings or CompileSettings()
+    if part is not None:
+        check_part(part)
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    out = _local_out(out)
+    source = LeRobotSource(str(src), storage_options=storage_options)
+    episodes = check_source(source)
+    check_encodable(source, settings)
+    plan = plan_shards(episodes, estimate_episode_bytes(source, episodes, settings), settings)
+    chunks_size = int(source.info.raw.get("chunks_size") or 1000)
+    lock = make_lock(url=source.url, fingerprint=source.fingerprint(), settings=settings,
+                     chunks_size=chunks_size, shards=plan)
+    mine = part_shards(len(plan), part)
+    existed = os.path.isdir(out)
+    fresh = prepare_out(out, lock, overwrite=overwrite)
+    try:
+        write_snapshot(out, source)
+        for i in mine:
+            sweep_temps(out, i, chunks_size)
+        todo = [i for i in mine if shard_done(out, i) is None]
+        lengths = {e.index: e.length for e in episodes}
+        threads = 0 if workers == 1 or len(todo) <= 1 else 1  # decoder threads: auto when shards run one by one
+        jobs = [
+            ShardJob(src=source.url, storage_options=storage_options, out=out, shard=i, episodes=tuple(plan[i]),
+                     settings=settings, chunks_size=chunks_size, decode_threads=threads)
+            for i in todo
+        ]
+        work_frames = sum(lengths[e] for j in jobs for e in j.episodes)
+        with tqdm(total=work_frames, unit="frame", desc="compile", disable=not progress, smoothing=0.1) as bar:
+            _run_jobs(jobs, workers, bar)
+    except RoboreelError:
+        if fresh and part is None:
+            _empty(out, remove_dir=not existed)  # nothing of a failed first compile stays in OUT
+        raise
+    done_all = finalize and all(shard_done(out, i) is not None for i in range(len(plan)))
+    if finalize and part is None and not done_all:
+        raise RoboreelError(f"compile of {out} finished but shards are missing (another writer in OUT?)")
+    if done_all:
+        finalize_out(out)
+    report = _report(out, plan, mine, len(todo), part, done_all, lengths, work_frames, time.perf_counter() - t0)
+    report.cameras = len(source.camera_keys)
+    log.info("%s", report.summary())
+    return report
+
+
+def _empty(out: str, *, remove_dir: bool) -> None:
+    if remove_dir:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for name in os.listdir(out):
+        path = os.path.join(out, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+
+
+def _report(out: str, plan: list[list[int]], mine: list[int], compiled: int, part: tuple[int, int] | None,
+            finalized: bool, lengths: dict[int, int], work_frames: int, seconds: float) -> CompileReport:
+    sides = [shard_done(out, i) for i in mine]
+    values: list[float] = []
+    per_cam: dict[str, list[float]] = {}
+    encoded = remuxed = 0
+    for side in sides:
+        if side is None:
+            continue
+        for clips in side["clips"].values():
+            for cam, c in clips.items():
+                if c["mode"] == "remux":
+                    remuxed += 1
+                    continue
+                encoded += 1
+                finite = [p for p in c["psnr"] if p is not None]
+                values += finite
+                per_cam.setdefault(cam, []).extend(finite)
+    frames = sum(lengths[e] for i in mine for e in plan[i])
+    return CompileReport(
+        out=out, episodes=sum(len(plan[i]) for i in mine), frames=frames, shards=len(mine),
+        shards_total=len(plan), shards_compiled=compiled, shards_skipped=len(mine) - compiled,
+        clips_encoded=encoded, clips_remuxed=remuxed,
+        bytes=sum(s["tar"]["size"] for s in sides if s is not None),
+        psnr_mean=sum(values) / len(values) if values else None, psnr_min=min(values) if values else None,
+        seconds=seconds, frames_per_s=work_frames / seconds if seconds > 0 else math.inf,
+        finalized=finalized, part=part,
+        psnr_per_camera={cam: sum(v) / len(v) for cam, v in per_cam.items() if v},
+    )

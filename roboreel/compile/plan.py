@@ -1,0 +1,185 @@
+"""Check a source before anything is written, and plan episodes -> shards deterministically.
+
+The plan is a pure function of the source's metadata (episode lengths, file names and sizes) and the settings,
+so every ``--part K/N`` job and every resumed run computes the same shards without talking to each other.
+Shards hold consecutive episodes (good locality: they share source mp4s, decoded with one decoder per job).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from roboreel.compile.settings import CompileSettings, x265_size_params
+from roboreel.formats import lerobot_v3 as v3
+from roboreel.formats.errors import SourceError
+from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
+
+
+def camera_hw(feature: dict[str, Any]) -> tuple[int, int]:
+    """(height, width) of a video feature, from its ``info`` or its shape (HWC or CHW, by ``names``)."""
+    info = feature.get("info") or {}
+    if "video.height" in info and "video.width" in info:
+        return int(info["video.height"]), int(info["video.width"])
+    shape, names = list(feature.get("shape") or []), list(feature.get("names") or [])
+    if len(shape) == 3:
+        if names[:1] == ["channels"] or shape[0] in (1, 3) and shape[2] not in (1, 3):
+            return int(shape[1]), int(shape[2])
+        return int(shape[0]), int(shape[1])
+    raise SourceError(f"video feature has no height/width (shape {shape})", file=v3.INFO_PATH)
+
+
+def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
+    """Every metadata check that needs no video decode; raises SourceError naming file and episode.
+
+    Run before OUT is touched, so bad metadata never leaves anything behind.
+    """
+    info = source.info  # codebase_version, fps, features
+    tasks = set(source.tasks.values())
+    eps = source.episodes  # per-row consistency, duplicates
+    if not eps:
+        raise SourceError("dataset has no episodes", file=v3.EPISODES_DIR)
+    total = info.raw.get("total_episodes")
+    if total is not None and total != len(eps):
+        raise SourceError(f"total_episodes={total} but meta/episodes lists {len(eps)}", file=v3.INFO_PATH)
+    frames = info.raw.get("total_frames")
+    if frames is not None and frames != sum(e.length for e in eps):
+        raise SourceError(f"total_frames={frames} but episode lengths sum to {sum(e.length for e in eps)}",
+                          file=v3.INFO_PATH)
+    prev = None
+    for e in eps:
+        if prev is not None and e.from_index != prev.to_index:
+            raise SourceError(
+                f"episodes metadata is inconsistent: dataset_from_index={e.from_index} but episode {prev.index} "
+                f"ends at {prev.to_index}", file=v3.EPISODES_DIR, episode=e.index,
+            )
+        prev = e
+        missing = [t for t in e.tasks if t not in tasks]
+        if missing:
+            raise SourceError(f"episode tasks {missing} are not in meta/tasks.parquet", file=v3.EPISODES_DIR,
+                              episode=e.index)
+        for cam, span in e.videos.items():
+            n = (span.to_timestamp - span.from_timestamp) * info.fps
+            if span.from_timestamp < 0 or abs(n - e.length) >= 0.5:
+                raise SourceError(
+                    f"episodes metadata is inconsistent: videos/{cam} span {span.from_timestamp:.6f}s.."
+                    f"{span.to_timestamp:.6f}s holds {n:.2f} frames at {info.fps} fps, length is {e.length}",
+                    file=span.path, episode=e.index,
+                )
+    need = list(dict.fromkeys([*info.tabular_keys, *v3.DEFAULT_KEYS]))
+    first_ep: dict[str, int] = {}
+    for e in eps:
+        first_ep.setdefault(e.data_path, e.index)
+    for rel, ep in first_ep.items():
+        try:
+            with source.open(rel) as f:
+                names = pq.read_schema(f).names
+        except SourceError:
+            raise
+        except (OSError, ValueError) as err:
+            raise SourceError(f"unreadable parquet: {err}", file=rel, episode=ep) from err
+        missing = [c for c in need if c not in names]
+        if missing:
+            raise SourceError(f"data parquet lacks columns {missing}", file=rel, episode=ep)
+    return eps
+
+
+def check_encodable(source: LeRobotSource, settings: CompileSettings) -> None:
+    """Refuse, before writing anything, camera sizes x265 cannot encode reliably (ValueError naming the camera).
+
+    Cameras whose info says HEVC/H.264 may be stream-copied instead, so only the others (or all, when
+    re-encoding or resizing) are checked here; a copy that falls back to encoding is checked when it happens.
+    """
+    for cam in source.camera_keys:
+        feature = source.info.features[cam]
+        codec = str((feature.get("info") or {}).get("video.codec", "")).lower()
+        if codec in ("hevc", "h265", "h264", "avc") and not settings.reencode and settings.resize is None:
+            continue
+        h, w = settings.resize or camera_hw(feature)
+        try:
+            x265_size_params(height=h, width=w)
+        except ValueError as e:
+            raise ValueError(f"camera {cam!r}: {e}") from e
+        if h % 2 or w % 2:
+            raise ValueError(f"camera {cam!r}: {w}x{h} has odd sides, which yuv420p cannot hold; pass --resize HxW")
+
+
+def estimate_episode_bytes(
+    source: LeRobotSource, episodes: list[EpisodeMeta], settings: CompileSettings
+) -> dict[int, float]:
+    """Each episode's share of its source files' bytes (video by frames, rows by rows), scaled by any resize.
+
+    Only a planning estimate: compiled clips differ from the source's size, but proportionally to it.
+    """
+    frames_in: dict[str, int] = defaultdict(int)
+    for e in episodes:
+        frames_in[e.data_path] += e.length
+        for span in e.videos.values():
+            frames_in[span.path] += e.length
+    sizes = {}
+    for rel in sorted(frames_in):
+        try:
+            sizes[rel] = source.fs.size(source.path(rel))
+        except FileNotFoundError as err:
+            owner = next(e.index for e in episodes if rel == e.data_path or rel in
+                         {s.path for s in e.videos.values()})
+            raise SourceError("missing file", file=rel, episode=owner) from err
+    scale = {}
+    for cam in source.camera_keys:
+        h, w = camera_hw(source.info.features[cam])
+        scale[cam] = (settings.resize[0] * settings.resize[1]) / (h * w) if settings.resize else 1.0
+    out = {}
+    for e in episodes:
+        est = e.length * sizes[e.data_path] / frames_in[e.data_path]
+        for cam, span in e.videos.items():
+            est += e.length * sizes[span.path] / frames_in[span.path] * scale[cam]
+        out[e.index] = est
+    return out
+
+
+def plan_shards(
+    episodes: list[EpisodeMeta], est_bytes: dict[int, float], settings: CompileSettings
+) -> list[list[int]]:
+    """Consecutive episodes per shard: ``episodes_per_shard`` each, or filled until ``shard_size_mb``."""
+    order = [e.index for e in episodes]
+    if settings.episodes_per_shard is not None:
+        n = settings.episodes_per_shard
+        return [order[i : i + n] for i in range(0, len(order), n)]
+    target = settings.shard_size_mb * 1e6
+    shards: list[list[int]] = [[]]
+    filled = 0.0
+    for ep in order:
+        if shards[-1] and filled + est_bytes[ep] > target:
+            shards.append([])
+            filled = 0.0
+        shards[-1].append(ep)
+        filled += est_bytes[ep]
+    return shards
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """``"K/N"`` -> (K, N) with 0 <= K < N (SLURM array ids 0..N-1)."""
+    try:
+        k, n = (int(x) for x in str(text).split("/"))
+    except ValueError as e:
+        raise ValueError(f"--part must be K/N with integers 0 <= K < N, got {text!r}") from e
+    check_part((k, n))
+    return k, n
+
+
+def check_part(part: tuple[int, int]) -> None:
+    k, n = part
+    if not (n >= 1 and 0 <= k < n):
+        raise ValueError(f"part must be (K, N) with 0 <= K < N, got {part!r}")
+
+
+def part_shards(n_shards: int, part: tuple[int, int] | None) -> list[int]:
+    """The shards job K of N compiles: a contiguous block (neighbouring shards share source files)."""
+    if part is None:
+        return list(range(n_shards))
+    check_part(part)
+    k, n = part
+    return list(range(math.floor(k * n_shards / n), math.floor((k + 1) * n_shards / n)))

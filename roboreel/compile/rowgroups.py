@@ -1,0 +1,49 @@
+"""The compiled data/ parquet: one file per shard, one row group per episode, values bit-identical to the source.
+
+One row group per episode lets any reader (LeRobot, HF datasets, pyarrow) fetch one episode's rows with one
+ranged read, and matches LeRobot's own writer since its PR #3807. Rows are copied as Arrow arrays, never
+through Python or pandas, so floats, ints and list columns keep their exact bits and types.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from roboreel.compile.pack import atomic_write
+from roboreel.formats.errors import SourceError
+
+
+def check_same_schema(tables: list[tuple[int, str, pa.Table]]) -> pa.Schema:
+    """The first table's schema, after checking every (episode, source file, rows) has the same columns/types."""
+    _, _, first = tables[0]
+    schema = first.schema
+    for episode, rel, t in tables[1:]:
+        if not t.schema.equals(schema, check_metadata=False):
+            raise SourceError(
+                f"data columns/types differ from episode {tables[0][0]}'s ({t.schema} vs {schema})",
+                file=rel, episode=episode,
+            )
+    return schema
+
+
+def write_episode_rows(path: str, tables: list[tuple[int, str, pa.Table]]) -> tuple[int, str]:
+    """Write episodes' rows (in order) to one parquet file, one row group each, atomically.
+
+    ``tables`` holds (episode, source data file, rows). Returns (size, sha256 hex) of the file.
+    """
+    schema = check_same_schema(tables)
+    buf = pa.BufferOutputStream()
+    with pq.ParquetWriter(buf, schema) as pw:
+        for _, _, t in tables:
+            pw.write_table(t, row_group_size=max(1, t.num_rows))
+    return atomic_write(path, buf.getvalue().to_pybytes())
+
+
+def episode_row_groups(path: str) -> list[list[int]]:
+    """Episode indices found in each row group of a data file (for checks: each list should be one value)."""
+    pf = pq.ParquetFile(path)
+    return [
+        sorted(set(pf.read_row_group(g, columns=["episode_index"]).column(0).to_pylist()))
+        for g in range(pf.metadata.num_row_groups)
+    ]

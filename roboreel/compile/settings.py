@@ -1,0 +1,125 @@
+"""Compile settings: every knob that shapes the compiled bytes, checked once, recorded in the manifest.
+
+Defaults come from measurements (docs/format.md, "Encoding"): x265 CRF 24 keeps >= 35 dB mean PSNR against the
+source AV1 decode on textured 224x224 footage (CRF 28 gave ~34 dB there; each CRF step is ~0.5 dB), keyframes
+every 10 frames with no B-frames bound a random access to at most 9 extra decoded frames, and ``veryfast`` is
+within 0.1 dB of ``medium`` at this size while encoding faster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Literal
+
+X265_PRESETS = (
+    "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow", "placebo",
+)
+CODECS = ("hevc",)
+
+
+MIN_WIDTH, MIN_HEIGHT = 32, 16
+
+
+def x265_size_params(*, height: int, width: int) -> list[str]:
+    """CTU size (and lookahead) for a frame size, chosen so x265 4.2 stays deterministic and does not crash.
+
+    Measured on x265 4.2 (PyAV 18 wheels), repeated in fresh processes: a picture only one CTU wide (e.g. 64x64
+    with the presets' 64 px CTU) encodes differently from run to run (a read of uninitialised memory), and the
+    lookahead corrupts the heap on some narrow frames (width 48). Picking the largest CTU with at least two CTU
+    columns, and no lookahead below 64 px, gave identical bytes on every size tried from 32x16 to 640x480.
+    """
+    if width < MIN_WIDTH or height < MIN_HEIGHT:
+        raise ValueError(
+            f"frames of {width}x{height} are too small for a reliable x265 encode (at least "
+            f"{MIN_WIDTH}x{MIN_HEIGHT}); pass resize=(height, width) / --resize HxW"
+        )
+    ctu = next((c for c in (64, 32, 16) if width >= 2 * c and height >= c), 16)
+    return [f"ctu={ctu}", *(["rc-lookahead=0"] if min(height, width) < 64 else [])]
+
+
+@dataclass(frozen=True)
+class CompileSettings:
+    """How to compile. Every field is recorded in ``roboreel.json`` (``settings``) and in the OUT lock, so a
+    resume or a ``--part`` job refuses to mix bytes made with different settings."""
+
+    codec: Literal["hevc"] = "hevc"
+    crf: int = 24
+    preset: str = "veryfast"
+    gop: int = 10  # keyframe interval in frames; closed GOPs, so any frame decodes from <= gop - 1 predecessors
+    bframes: int = 0  # B-frames make random access decode frames out of order and add latency: off by default
+    reencode: bool = False  # force re-encoding of HEVC/H.264 sources that could be stream-copied
+    resize: tuple[int, int] | None = None  # (height, width), even numbers (yuv420p)
+    shard_size_mb: float = 128.0  # target shard size; a shard holds whole episodes, so sizes vary around it
+    episodes_per_shard: int | None = None  # when set, overrides size-based planning
+    psnr_frames: int = 4  # frames per re-encoded clip compared with the source decode for the PSNR report
+
+    def __post_init__(self) -> None:
+        if self.codec not in CODECS:
+            raise ValueError(f"codec must be one of {CODECS}, got {self.codec!r}")
+        if not isinstance(self.crf, int) or not 0 <= self.crf <= 51:
+            raise ValueError(f"crf must be an integer in [0, 51], got {self.crf!r}")
+        if self.preset not in X265_PRESETS:
+            raise ValueError(f"preset must be one of {X265_PRESETS}, got {self.preset!r}")
+        if not isinstance(self.gop, int) or self.gop < 1:
+            raise ValueError(f"gop must be a positive integer, got {self.gop!r}")
+        if not isinstance(self.bframes, int) or not 0 <= self.bframes <= 16:
+            raise ValueError(f"bframes must be an integer in [0, 16], got {self.bframes!r}")
+        if self.resize is not None:
+            size = tuple(self.resize)
+            if len(size) != 2 or any(not isinstance(v, int) or v <= 0 or v % 2 for v in size):
+                raise ValueError(f"resize must be (height, width), positive even integers, got {self.resize!r}")
+            object.__setattr__(self, "resize", size)
+        if not self.shard_size_mb > 0:
+            raise ValueError(f"shard_size_mb must be > 0, got {self.shard_size_mb!r}")
+        if self.episodes_per_shard is not None and (
+            not isinstance(self.episodes_per_shard, int) or self.episodes_per_shard < 1
+        ):
+            raise ValueError(f"episodes_per_shard must be None or a positive integer, got {self.episodes_per_shard!r}")
+        if not isinstance(self.psnr_frames, int) or self.psnr_frames < 0:
+            raise ValueError(f"psnr_frames must be a non-negative integer, got {self.psnr_frames!r}")
+
+    @classmethod
+    def for_tests(cls) -> CompileSettings:
+        """Fast settings for tests: fastest preset, two episodes per shard (so tiny datasets get several shards)."""
+        return cls(preset="ultrafast", episodes_per_shard=2)
+
+    def x265_params(self, *, height: int | None = None, width: int | None = None) -> str:
+        """The x265 parameter string for frames of ``height`` x ``width`` (see ``x265_size_params``; without a
+        size, the size-dependent CTU/lookahead parameters are left out).
+
+        ``pools=none`` (single-threaded x265) makes output byte-identical on any machine: x265's bytes depend on
+        its thread-pool size (measured: pools=1, 2 and 8 give three different streams), so parallelism comes
+        from worker processes instead.
+        """
+        return ":".join(
+            [
+                f"keyint={self.gop}",
+                f"min-keyint={self.gop}",
+                "scenecut=0",
+                "open-gop=0",
+                f"bframes={self.bframes}",
+                "pools=none",
+                "frame-threads=1",
+                *(x265_size_params(height=height, width=width) if height and width else []),
+                "log-level=error",
+            ]
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["resize"] = list(self.resize) if self.resize is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CompileSettings:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown compile settings {unknown}; known: {sorted(known)}")
+        kw = dict(d)
+        if kw.get("resize") is not None:
+            kw["resize"] = tuple(kw["resize"])
+        return cls(**kw)
+
+    def replace(self, **changes: Any) -> CompileSettings:
+        return replace(self, **changes)

@@ -1,0 +1,169 @@
+"""Compile one shard: its episodes' clips and rows -> tar, data parquet, then a sidecar json marking it done.
+
+Runs in a worker process (or inline). Files appear under their final names only when complete, in the order
+data file, tar, sidecar; a shard counts as done when its sidecar exists and the sizes it records match the
+files, so a kill at any point leaves at most temp files, which the next run of this shard removes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from roboreel.compile.decode import SourceVideo
+from roboreel.compile.pack import ShardWriter, atomic_write, remove_stale_temps
+from roboreel.compile.rowgroups import write_episode_rows
+from roboreel.compile.settings import CompileSettings
+from roboreel.compile.transcode import REMUX_CODECS, transcode_span
+from roboreel.formats import lerobot_v3 as v3
+from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
+from roboreel.formats.manifest import EpisodeEntry, MemberInfo
+from roboreel.formats.shard import EpisodeRecord, rows_digest, shard_path
+
+log = logging.getLogger(__name__)
+
+PARTS_DIR = ".roboreel-parts"  # sidecars and the source meta snapshot, under OUT
+
+
+def sidecar_path(shard: int) -> str:
+    return f"{PARTS_DIR}/shard-{shard:06d}.json"
+
+
+def data_path(shard: int, chunks_size: int) -> str:
+    """The shard's data parquet, in LeRobot's layout: chunk = shard // chunks_size, file = shard % chunks_size."""
+    return v3.DEFAULT_DATA_PATH.format(chunk_index=shard // chunks_size, file_index=shard % chunks_size)
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """Everything a worker needs to compile one shard (picklable)."""
+
+    src: str
+    storage_options: dict[str, Any] | None
+    out: str
+    shard: int
+    episodes: tuple[int, ...]
+    settings: CompileSettings
+    chunks_size: int
+    decode_threads: int = 0
+
+
+_SOURCES: dict[str, LeRobotSource] = {}
+
+
+def _source(src: str, storage_options: dict[str, Any] | None) -> LeRobotSource:
+    """One LeRobotSource per worker process and URL (meta/ is read once, data files cached)."""
+    s = _SOURCES.get(src)
+    if s is None:
+        s = _SOURCES[src] = LeRobotSource(src, storage_options=storage_options)
+    return s
+
+
+def shard_files(shard: int, chunks_size: int) -> tuple[str, str, str]:
+    """(tar, data parquet, sidecar) of a shard, relative to OUT."""
+    return shard_path(shard), data_path(shard, chunks_size), sidecar_path(shard)
+
+
+def sweep_temps(out: str, shard: int, chunks_size: int) -> int:
+    """Remove temp files a killed writer of this shard left behind; returns how many."""
+    return sum(remove_stale_temps(os.path.join(out, rel)) for rel in shard_files(shard, chunks_size))
+
+
+def shard_done(out: str, shard: int) -> dict[str, Any] | None:
+    """The shard's sidecar if the shard is complete (sidecar present, files present with the recorded sizes)."""
+    try:
+        with open(os.path.join(out, sidecar_path(shard)), "rb") as f:
+            side = json.loads(f.read())
+    except (FileNotFoundError, ValueError):
+        return None
+    for key in ("tar", "data"):
+        try:
+            if os.path.getsize(os.path.join(out, side[key]["path"])) != side[key]["size"]:
+                return None
+        except (OSError, KeyError, TypeError):
+            return None
+    return side
+
+
+def run_shard(job: ShardJob, on_episode: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Compile one shard; returns its sidecar dict. ``on_episode(frames)`` is called after each episode."""
+    t0 = time.perf_counter()
+    source = _source(job.src, job.storage_options)
+    tar_rel, data_rel, side_rel = shard_files(job.shard, job.chunks_size)
+    sweep_temps(job.out, job.shard, job.chunks_size)
+    videos: dict[str, SourceVideo] = {}
+    entries, clips_info, tables = [], {}, []
+    try:
+        with ShardWriter(os.path.join(job.out, tar_rel)) as writer:
+            for ep_index in job.episodes:
+                ep = source.episode(ep_index)
+                rows = source.episode_rows(ep)
+                record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, videos, job)
+                members = writer.add(record)
+                entries.append(EpisodeEntry(
+                    index=ep.index, length=ep.length, from_index=ep.from_index, to_index=ep.to_index,
+                    shard=job.shard, tasks=list(ep.tasks), members=members, rows_sha256=rows_digest(rows),
+                ))
+                tables.append((ep.index, ep.data_path, rows))
+                if on_episode is not None:
+                    on_episode(ep.length)
+            data_size, data_sha = write_episode_rows(os.path.join(job.out, data_rel), tables)
+            writer.commit()
+    finally:
+        for v in videos.values():
+            v.close()
+    side = {
+        "shard": job.shard,
+        "episodes": list(job.episodes),
+        "frames": sum(e.length for e in entries),
+        "tar": {"path": tar_rel, "size": writer.size, "sha256": writer.sha256},
+        "data": {"path": data_rel, "size": data_size, "sha256": data_sha},
+        "entries": [asdict(e) for e in entries],
+        "clips": clips_info,
+    }
+    atomic_write(os.path.join(job.out, side_rel), (json.dumps(side, indent=1) + "\n").encode())
+    log.info("shard %d: %d episodes in %.2fs", job.shard, len(entries), time.perf_counter() - t0)
+    return side
+
+
+def _episode_record(
+    source: LeRobotSource, ep: EpisodeMeta, rows: Any, videos: dict[str, SourceVideo], job: ShardJob
+) -> tuple[EpisodeRecord, dict[str, Any]]:
+    """One episode's record (clips of every camera + rows + meta) and per-clip info for the sidecar.
+
+    ``videos`` caches one decoder per source mp4 for the whole shard: consecutive episodes of a file are read
+    without reopening or seeking.
+    """
+    clips, info = {}, {}
+    for cam in source.camera_keys:
+        span = ep.videos[cam]
+        video = videos.get(span.path)
+        if video is None:
+            video = videos[span.path] = SourceVideo(source, span.path, fps=source.fps, threads=job.decode_threads,
+                                                    episode=ep.index)
+            video.keep_packets = video.codec in REMUX_CODECS and not job.settings.reencode
+        clip = transcode_span(video, from_s=span.from_timestamp, length=ep.length, settings=job.settings,
+                              episode=ep.index, where=span.path)
+        clips[cam] = clip.data
+        info[cam] = {**clip.spec(), "mode": clip.mode,
+                     "psnr": [None if p == float("inf") else round(p, 4) for p in clip.psnr]}
+    meta = {
+        "episode_index": ep.index, "length": ep.length, "dataset_from_index": ep.from_index,
+        "dataset_to_index": ep.to_index, "tasks": list(ep.tasks), "fps": source.fps,
+        "cameras": {cam: _spec(info[cam]) for cam in source.camera_keys},
+    }
+    return EpisodeRecord(index=ep.index, meta=meta, rows=rows, clips=clips), info
+
+
+def _spec(info: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in info.items() if k not in ("mode", "psnr")}
+
+
+def entry_from_dict(d: dict[str, Any]) -> EpisodeEntry:
+    """An EpisodeEntry back from its sidecar form."""
+    return EpisodeEntry(**{**d, "members": [MemberInfo(**m) for m in d["members"]]})

@@ -1,0 +1,193 @@
+"""Bad sources: a clear error naming the file and episode, exit status 2, and nothing half-written in OUT."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import av
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from roboreel.cli import main
+from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.formats.errors import SourceError
+from roboreel.formats.lerobot_v3 import LeRobotSource
+
+TEST = CompileSettings.for_tests()
+TOP = "observation.images.top"
+EPISODES = "meta/episodes/chunk-000/file-000.parquet"
+
+
+@pytest.fixture()
+def broken(small_source, tmp_path) -> Path:
+    """A private copy of small_source to break."""
+    return Path(shutil.copytree(small_source, tmp_path / "broken"))
+
+
+def first_user(src: Path, rel: str) -> int:
+    """The first episode whose top camera lives in ``rel``."""
+    return next(e.index for e in LeRobotSource(str(src)).episodes if e.videos[TOP].path == rel)
+
+
+def a_shared_video(src: Path) -> str:
+    """A top-camera mp4 that starts mid-dataset (its first episode is not episode 0)."""
+    paths = [e.videos[TOP].path for e in LeRobotSource(str(src)).episodes]
+    return next(p for p in paths if p != paths[0])
+
+
+def compile_cli(src: Path, out: Path, capsys, *extra: str) -> tuple[int, str]:
+    rc = main(["compile", str(src), str(out), "--preset", "ultrafast", "--episodes-per-shard", "2", "--workers", "1",
+               "--no-progress", *extra])
+    return rc, capsys.readouterr().err
+
+
+def assert_nothing_written(out: Path) -> None:
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def rewrite_parquet(path: Path, fn) -> None:
+    table = pq.read_table(path)
+    pq.write_table(fn(table), path)
+
+
+def set_column(table: pa.Table, name: str, row: int, value) -> pa.Table:
+    values = table.column(name).to_pylist()
+    values[row] = value
+    i = table.column_names.index(name)
+    return table.set_column(i, name, pa.array(values, table.schema.field(name).type))
+
+
+# -- videos: missing, corrupt, truncated, short ---------------------------------------------------------
+@pytest.mark.parametrize("damage", ["missing", "garbage", "truncated", "empty"])
+def test_unreadable_mp4(broken, tmp_path, capsys, damage):
+    rel = a_shared_video(broken)
+    episode = first_user(broken, rel)
+    path = broken / rel
+    data = path.read_bytes()
+    if damage == "missing":
+        path.unlink()
+    else:
+        path.write_bytes({"garbage": os.urandom(len(data)), "truncated": data[: len(data) // 2], "empty": b""}[damage])
+    out = tmp_path / "out"
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2
+    assert rel in err and f"episode {episode}" in err
+    assert_nothing_written(out)
+
+
+def test_corrupt_frames_inside_mp4(broken, tmp_path):
+    rel = a_shared_video(broken)
+    path = broken / rel
+    data = bytearray(path.read_bytes())
+    third = len(data) // 3
+    data[third : third + 2000] = bytes(2000)  # zero a run of compressed frames (mdat), keep the index
+    path.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    with pytest.raises(SourceError, match=rf"{rel}, episode \d+") as info:  # raised in a worker process
+        compile_dataset(str(broken), str(out), settings=TEST, workers=2)
+    assert info.value.file == rel and info.value.episode is not None
+    assert_nothing_written(out)
+
+
+def test_video_shorter_than_its_span(broken, tmp_path, capsys):
+    src = LeRobotSource(str(broken))
+    last = src.episodes[-1]
+    rel = last.videos[TOP].path
+    path = broken / rel
+    with av.open(str(path)) as inp:
+        packets = [p for p in inp.demux(inp.streams.video[0]) if p.size]
+        template = inp.streams.video[0]
+        cut = tmp_path / "cut.mp4"
+        with av.open(str(cut), "w", format="mp4") as out_c:
+            stream = out_c.add_stream_from_template(template, opaque=True)
+            for p in packets[:-3]:  # the file now ends 3 frames before the last episode's span does
+                p.stream = stream
+                out_c.mux(p)
+    shutil.move(cut, path)
+    out = tmp_path / "out"
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2
+    assert f"video ends after {last.length - 3} of the episode's {last.length} frames" in err
+    assert f"{rel}, episode {last.index}" in err
+    assert_nothing_written(out)
+
+
+# -- tables and metadata ------------------------------------------------------------------------------------
+def test_missing_parquet_columns(broken, tmp_path, capsys):
+    rel = "data/chunk-000/file-001.parquet"
+    first = next(e.index for e in LeRobotSource(str(broken)).episodes if e.data_path == rel)
+    rewrite_parquet(broken / rel, lambda t: t.drop_columns(["action"]))
+    out = tmp_path / "out"
+    out.mkdir()  # an empty OUT made by the user stays, empty
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2
+    assert "lacks columns ['action']" in err and f"{rel}, episode {first}" in err
+    assert out.is_dir() and list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("fault", ["span", "from_index", "length", "total_episodes"])
+def test_inconsistent_episodes_metadata(broken, tmp_path, capsys, fault):
+    if fault == "span":  # the span no longer holds `length` frames
+        rewrite_parquet(broken / EPISODES, lambda t: set_column(t, f"videos/{TOP}/to_timestamp", 2,
+                                                                t.column(f"videos/{TOP}/to_timestamp")[2].as_py() + 0.2))
+        want = ["episode 2", "holds", "length is"]
+    elif fault == "from_index":  # episode 3 overlaps episode 2
+        def shift(t: pa.Table) -> pa.Table:
+            t = set_column(t, "dataset_from_index", 3, t.column("dataset_from_index")[3].as_py() - 1)
+            return set_column(t, "dataset_to_index", 3, t.column("dataset_to_index")[3].as_py() - 1)
+        rewrite_parquet(broken / EPISODES, shift)
+        want = ["episode 3", "inconsistent", "dataset_from_index"]
+    elif fault == "length":
+        rewrite_parquet(broken / EPISODES, lambda t: set_column(t, "length", 5, t.column("length")[5].as_py() + 1))
+        want = ["episode 5", "disagree with length"]
+    else:
+        info = json.loads((broken / "meta/info.json").read_text())
+        info["total_episodes"] = 9
+        (broken / "meta/info.json").write_text(json.dumps(info))
+        want = ["total_episodes=9", "meta/info.json"]
+    out = tmp_path / "out"
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2
+    assert all(w in err for w in want), err
+    assert_nothing_written(out)
+
+
+def test_unsupported_codebase_version(broken, tmp_path, capsys):
+    info = json.loads((broken / "meta/info.json").read_text())
+    info["codebase_version"] = "v2.1"
+    (broken / "meta/info.json").write_text(json.dumps(info))
+    out = tmp_path / "out"
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2 and "unsupported codebase_version 'v2.1'" in err and "meta/info.json" in err
+    assert_nothing_written(out)
+
+
+def test_part_job_failure_keeps_finished_shards_and_resumes(broken, small_compiled, tmp_path):
+    """In a --part job a data fault leaves only complete shards (no temps, no manifest); fix, rerun, done."""
+    src = LeRobotSource(str(broken))
+    last = src.episodes[-1]
+    path = broken / last.videos[TOP].path
+    good = path.read_bytes()
+    path.write_bytes(os.urandom(len(good)))  # same size: same source fingerprint once repaired
+    out = tmp_path / "out"
+    with pytest.raises(SourceError, match=f"episode {first_user(broken, last.videos[TOP].path)}"):
+        compile_dataset(str(broken), str(out), settings=TEST, part=(1, 2))
+    assert list(out.rglob("*.tmp")) == [] and not (out / "roboreel.json").exists()
+    assert not (out / "shards/shard-000003.tar").exists()
+    path.write_bytes(good)
+    report = compile_dataset(str(broken), str(out), settings=TEST, part=(1, 2))
+    assert report.shards_compiled + report.shards_skipped == 2
+    report = compile_dataset(str(broken), str(out), settings=TEST, part=(0, 2))
+    assert report.finalized
+    for rel in ("roboreel.json", "meta/info.json", *(f"shards/shard-{i:06d}.tar" for i in range(4))):
+        if rel == "roboreel.json":  # the manifest names the source's URL, which differs here
+            a = json.loads((out / rel).read_text())
+            b = json.loads((small_compiled / rel).read_text())
+            a["source"]["url"] = b["source"]["url"]
+            assert a == b
+        else:
+            assert (out / rel).read_bytes() == (small_compiled / rel).read_bytes()
