@@ -60,3 +60,17 @@ def test_every_source_frame_and_row_identifies_itself(small_source):
             first = round(span.from_timestamp * src.fps)  # LeRobot maps timestamps to indices by rounding
             frames = dec.get_frames_at(list(range(first, first + e.length)))
             assert [read(f) for f in frames.data] == [FrameCode(i, e.index, cam_id) for i in idx]
+
+
+def test_codes_survive_av1_at_benchmark_size(source_factory):
+    """224x224 (the benchmark's size): every decoded AV1 frame, key or inter, still reads as itself."""
+    root = source_factory("s224", episodes=2, height=224, width=224, min_length=24, max_length=30,
+                          cameras=("observation.images.top", "observation.images.side"))
+    src = LeRobotSource(str(root))
+    for e in src.episodes:
+        for cam_id, cam in enumerate(src.camera_keys):
+            span = e.videos[cam]
+            first = round(span.from_timestamp * src.fps)
+            frames = VideoDecoder(str(root / span.path)).get_frames_at(list(range(first, first + e.length)))
+            assert [read(f).index for f in frames.data] == list(range(e.from_index, e.to_index))
+            assert {read(f).camera for f in frames.data} == {cam_id}

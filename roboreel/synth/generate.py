@@ -51,7 +51,9 @@ class SynthConfig:
     codec: str = "libsvtav1"  # LeRobot's default; "libx265"/"libx264" make HEVC/H.264 sources
     crf: int = 30
     g: int = 2
-    preset: int | None = 12  # libsvtav1 speed preset (12 = fastest); None leaves the encoder default
+    # libsvtav1 speed preset. 10, not the fastest 12: at 224x224, preset 12 at crf 30 blurs inter frames to
+    # 23-29 dB and breaks ~10% of pixel codes; 10 breaks none for ~10% more synth time (measured).
+    preset: int | None = 10
     video_files_size_in_mb: float = 0.02
     data_files_size_in_mb: float = 0.01
     chunks_size: int = 1000
