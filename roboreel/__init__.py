@@ -1,3 +1,17 @@
 """roboreel: compile LeRobot v3 datasets into stream-ready HEVC episode shards, and stream them into training."""
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+__all__ = ["CompiledDataset", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so ``import roboreel`` (and the CLI) stays light: the reader pulls in torch and torchcodec.
+    if name == "CompiledDataset":
+        from roboreel.reader.dataset import CompiledDataset
+
+        return CompiledDataset
+    raise AttributeError(f"module 'roboreel' has no attribute {name!r}")

@@ -38,3 +38,7 @@ class FrameTimestampError(RoboreelError):
         )
         self.video, self.episode = video, episode
         self.queried_s, self.loaded_s, self.tolerance_s = queried_s, loaded_s, tolerance_s
+
+
+class ShardReadError(SourceError):
+    """Reading a shard kept failing (timeouts, resets, 5xx, truncated transfers) after the retry budget."""

@@ -1,0 +1,343 @@
+"""``CompiledDataset``: a compiled roboreel dataset as a ``torch.utils.data.IterableDataset``.
+
+Per consumer (a rank's DataLoader worker): plan the epoch (plan.py) -> stream the consumer's shard slices in a
+background thread (source.py) -> episode pool picks frames (pool.py) -> pending samples decoded on exit in small
+batches (decode.py) -> LeRobot-shaped sample dicts. Every step is a pure function of (seed, epoch, rank, worker)
+and the manifest, so ``state_dict`` is a handful of scalars and resuming replays positions without decoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import islice
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from roboreel.formats.manifest import Manifest, load_manifest
+from roboreel.reader.decode import ClipDecoders, materialize
+from roboreel.reader.plan import (
+    Slice,
+    World,
+    consumer_slices,
+    detect_rank,
+    detect_worker,
+    selected_shards,
+    slice_frames,
+    uneven_split_message,
+)
+from roboreel.reader.pool import FRAME_ORDERS, FrameOrder, LoadedEpisode, PoolSchedule, pending_samples
+from roboreel.reader.prefetch import Prefetcher
+from roboreel.reader.resume import loader_position
+from roboreel.reader.source import SliceReader, Store, retrying
+from roboreel.reader.stats import Flusher, SharedCounters
+from roboreel.reader.windows import delta_offsets
+
+logger = logging.getLogger(__name__)
+
+STATE_FORMAT = "roboreel.reader.state"
+STATE_VERSION = 1
+DEFAULT_POOL_SIZE = 16
+_FLAG_UNEVEN = 0
+MAX_KEEP = 32
+
+
+class _Position:
+    """Where this process's live iterator is (for the in-process ``state_dict``)."""
+
+    def __init__(self, epoch: int, world: World, start: int) -> None:
+        self.epoch, self.world, self.yielded = epoch, world, start
+
+
+class CompiledDataset(IterableDataset):
+    """Stream a compiled roboreel dataset into training; samples match ``LeRobotDataset.__getitem__``.
+
+    Args:
+        path_or_url: compiled dataset root: a local directory or any fsspec URL (file://, http(s)://, s3://, hf://).
+        delta_timestamps: ``{key: [seconds, ...]}`` windows (tabular or camera keys), as in LeRobot.
+        episodes: only these episode indices (default: all).
+        episode_pool_size: whole episodes each consumer keeps (compressed) and draws frames across. Default 16.
+        seed: base of every random decision. Order is a pure function of (seed, epoch, rank, worker).
+        shuffle: False reads in file order (episodes in order, frames in order).
+        decode_device: "cpu" (GPU decode is a separate feature; "cuda" raises NotImplementedError).
+        image_transforms: callable applied to every camera tensor.
+        return_uint8: camera tensors as uint8 instead of float32 in [0, 1].
+        tolerance_s: max distance between a decoded frame's pts and the timestamp it must show.
+        rank, world_size: distributed position; default from torch.distributed, else RANK/WORLD_SIZE, else (0, 1).
+        frame_order: order of an episode's frames inside the pool: "segments" (GOP runs, fast) or "random".
+        decode_batch: pending samples decoded together (one sorted call per clip among them).
+        readahead: episode records fetched ahead of the pool by a background thread.
+        verify_checksums: check every member's sha256 against the manifest while streaming.
+        retries, backoff_s: transient read faults retried per shard (exponential backoff from ``backoff_s``).
+        storage_options: passed to fsspec.
+
+    Call ``set_epoch(epoch)`` at the start of every epoch (as with DistributedSampler); see docs/reader.md.
+    """
+
+    def __init__(
+        self,
+        path_or_url: str,
+        *,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        episodes: Iterable[int] | None = None,
+        episode_pool_size: int = DEFAULT_POOL_SIZE,
+        seed: int = 0,
+        shuffle: bool = True,
+        decode_device: str = "cpu",
+        image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        return_uint8: bool = False,
+        tolerance_s: float = 1e-4,
+        rank: int | None = None,
+        world_size: int | None = None,
+        frame_order: FrameOrder = "segments",
+        decode_batch: int = 8,
+        readahead: int = 2,
+        verify_checksums: bool = True,
+        retries: int = 5,
+        backoff_s: float = 0.2,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if str(decode_device).startswith("cuda"):
+            raise NotImplementedError("decode_device='cuda' is not implemented yet (GPU decode is its own feature); "
+                                      "use decode_device='cpu'")
+        if decode_device != "cpu":
+            raise ValueError(f"decode_device must be 'cpu' (or 'cuda', not yet implemented), got {decode_device!r}")
+        if frame_order not in FRAME_ORDERS:
+            raise ValueError(f"frame_order must be one of {FRAME_ORDERS}, got {frame_order!r}")
+        for name, value, low in (("episode_pool_size", episode_pool_size, 1), ("decode_batch", decode_batch, 1),
+                                 ("readahead", readahead, 1), ("retries", retries, 0)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if image_transforms is not None and not callable(image_transforms):
+            raise ValueError("image_transforms must be callable or None")
+        self.url = str(path_or_url)
+        self.store = Store(self.url, storage_options)
+        opts = self.store.storage_options
+        self.manifest: Manifest = retrying(lambda: load_manifest(self.url, storage_options=opts),
+                                           name=self.url, retries=retries, backoff_s=backoff_s)
+        m = self.manifest
+        self.fps = m.fps
+        self.camera_keys = [k for k, f in m.features.items() if f.get("dtype") == "video"]
+        self.tabular_keys = [k for k, f in m.features.items() if f.get("dtype") != "video"]
+        known = {e.index for e in m.episodes}
+        if episodes is not None:
+            episodes = sorted({int(e) for e in episodes})
+            unknown = [e for e in episodes if e not in known]
+            if unknown:
+                raise ValueError(f"episodes {unknown[:10]} are not in {self.url} (it has {len(known)} episodes, "
+                                 f"{min(known)}..{max(known)})")
+        self.episodes: list[int] | None = episodes
+        self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()} or None
+        self.windows = delta_offsets(delta_timestamps, fps=m.fps, tolerance_s=tolerance_s,
+                                     keys=list(m.features))
+        self.episode_pool_size, self.seed, self.shuffle = episode_pool_size, int(seed), bool(shuffle)
+        self.decode_device, self.image_transforms, self.return_uint8 = decode_device, image_transforms, return_uint8
+        self.tolerance_s, self.frame_order = tolerance_s, frame_order
+        self.rank, self.world_size = rank, world_size
+        self.decode_batch, self.readahead = decode_batch, readahead
+        self.verify_checksums, self.retries, self.backoff_s = verify_checksums, retries, backoff_s
+        gops = [c.gop for c in m.cameras if c.gop]
+        self.segment = min(gops) if gops else int(m.settings.get("gop") or 10)
+        self._lengths = {e.index: e.length for e in m.episodes}
+        # Decoded frames kept per clip of a windowed camera: the window's span, at most MAX_KEEP (memory).
+        self.keep_frames = {k: min(MAX_KEEP, int(o.max() - o.min()) + 1) for k, o in self.windows.items()
+                            if k in self.camera_keys and len(o) > 1}
+        self._stream_id = self._stream_fingerprint()
+        self._counters = SharedCounters()
+        self._epoch = 0
+        self._iters = 0
+        self._resume: dict[str, Any] | None = None
+        self._position: _Position | None = None
+
+    # -- epochs and sizes -------------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration reads (reshuffles). Call it every epoch, before iterating."""
+        self._epoch, self._iters = int(epoch), 0
+        if self._resume is not None and self._resume["epoch"] != self._epoch:
+            self._resume = None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next ``iter()`` in this process reads."""
+        return self._epoch + self._iters
+
+    def _world(self, worker: int = 0, num_workers: int = 1) -> World:
+        rank, world_size = detect_rank(self.rank, self.world_size)
+        return World(rank, world_size, worker, num_workers)
+
+    def _slices(self, world: World, epoch: int) -> list[Slice]:
+        return consumer_slices(self.manifest, world, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+                               episodes=self.episodes)
+
+    def __len__(self) -> int:
+        """Samples this rank emits per epoch (all its workers together)."""
+        world = self._world()
+        return slice_frames(self._slices(world, self._epoch), self._lengths)
+
+    def rank_samples(self, *, epoch: int | None = None) -> list[int]:
+        """Samples every rank emits in ``epoch`` (default: the current one). When the shard count does not divide
+        the consumers these can differ by a few episodes' frames; a DDP trainer should stop every rank after
+        ``min(rank_samples()) // batch_size`` steps (or use drop_last and the minimum) so no rank waits forever."""
+        e = self._epoch if epoch is None else epoch
+        ws = self._world().world_size
+        return [slice_frames(self._slices(World(r, ws), e), self._lengths) for r in range(ws)]
+
+    def worker_samples(self, num_workers: int, *, epoch: int | None = None) -> list[int]:
+        """Samples each of this rank's ``num_workers`` DataLoader workers emits in ``epoch``."""
+        k = max(1, num_workers)
+        e = self._epoch if epoch is None else epoch
+        return [slice_frames(self._slices(self._world(w, k), e), self._lengths) for w in range(k)]
+
+    # -- iteration --------------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        worker, num_workers = detect_worker()
+        world = self._world(worker, num_workers)
+        epoch = self._epoch + self._iters
+        self._iters += 1
+        skip, stream = self._take_resume(world, epoch)
+        proc_worker = world.worker
+        world = World(world.rank, world.world_size, stream, world.num_workers)  # the stream this worker serves
+        slices = self._slices(world, epoch)
+        if world.consumer == 0:
+            msg = uneven_split_message(len(selected_shards(self.manifest, self.episodes)), world)
+            if msg and self._counters.first_time(_FLAG_UNEVEN):
+                logger.warning(msg)
+        order = [e for s in slices for e in s.episodes]
+        schedule = PoolSchedule(order, [self._lengths[e] for e in order], pool_size=self.episode_pool_size,
+                                shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=world.rank,
+                                worker=world.worker, frame_order=self.frame_order, segment=self.segment)
+        if skip > schedule.total:
+            raise ValueError(f"resume position {skip} is past this worker's {schedule.total} samples")
+        schedule.skip(skip)
+        self._position = position = _Position(epoch, world, skip)
+        return self._run(schedule, slices, position, 1 + proc_worker if get_worker_info() is not None else 0)
+
+    def _run(self, schedule: PoolSchedule, slices: list[Slice], position: _Position, row: int
+             ) -> Iterator[dict[str, Any]]:
+        needed = {schedule.episodes[p] for p in schedule.needed_positions()}
+        todo = [Slice(s.shard, eps) for s in slices if (eps := tuple(e for e in s.episodes if e in needed))]
+        reader = SliceReader(self.store, self.manifest, verify=self.verify_checksums, retries=self.retries,
+                             backoff_s=self.backoff_s)
+        shard_paths = [s.path for s in self.manifest.shards]
+
+        def loaded() -> Iterator[LoadedEpisode]:
+            for shard, rec in reader.records(todo):
+                yield LoadedEpisode(rec, shard=shard_paths[shard], tabular_keys=self.tabular_keys,
+                                    camera_keys=self.camera_keys, windows=self.windows, tasks=self.manifest.tasks)
+
+        prefetch = Prefetcher(loaded, self.readahead) if todo else iter(())
+        decoders = ClipDecoders(device=self.decode_device, keep=self.keep_frames)
+        flusher = Flusher(self._counters, row)
+        yielded = 0
+
+        def snapshot() -> dict[str, float]:
+            d, f = decoders.stats, reader.stats
+            return {"samples": yielded, "decode_seconds": d.decode_seconds, "fetch_seconds": f.fetch_seconds,
+                    "fetch_wait_seconds": getattr(prefetch, "wait_seconds", 0.0), "bytes_read": f.bytes_read,
+                    "requests": f.requests, "retries": f.retries, "episodes_read": f.records,
+                    "decoder_opens": d.decoder_opens, "decoder_reuses": d.decoder_reuses,
+                    "decode_calls": d.decode_calls, "frames_decoded": d.frames_decoded}
+
+        pending = pending_samples(schedule, prefetch)
+        try:
+            while True:
+                chunk = list(islice(pending, self.decode_batch))
+                if not chunk:
+                    break
+                samples = materialize(chunk, decoders, tolerance_s=self.tolerance_s, return_uint8=self.return_uint8,
+                                      image_transforms=self.image_transforms)
+                for sample in samples:
+                    position.yielded += 1
+                    yielded += 1
+                    yield sample
+                flusher.flush(snapshot())
+        finally:
+            pending.close()
+            if isinstance(prefetch, Prefetcher):
+                prefetch.close()
+            decoders.close()
+            flusher.flush(snapshot())
+
+    # -- resume -----------------------------------------------------------------------------------------
+    def _stream_fingerprint(self) -> dict[str, Any]:
+        m = self.manifest
+        layout = json.dumps([[s.path, s.episodes] for s in m.shards] + [[e.index, e.length] for e in m.episodes])
+        return {
+            "seed": self.seed, "shuffle": self.shuffle, "episode_pool_size": self.episode_pool_size,
+            "frame_order": self.frame_order, "segment": self.segment,
+            "episodes": hashlib.sha256(json.dumps(self.episodes).encode()).hexdigest()[:16],
+            "layout": hashlib.sha256(layout.encode()).hexdigest()[:16],
+        }
+
+    def state_dict(self, *, batches: int | None = None, loader: Any = None) -> dict[str, Any]:
+        """Where the stream is, as scalars; ``load_state_dict`` on a fresh dataset continues at the next sample.
+
+        - Iterating the dataset directly, or a DataLoader with ``num_workers=0``, or inside a worker (torchdata's
+          StatefulDataLoader calls it there): ``state_dict()`` counts what this process's iterator yielded.
+        - A DataLoader with ``num_workers > 0``: ``state_dict(batches=b, loader=loader)``, ``b`` = batches the
+          trainer has received this epoch; the per-worker positions follow from the round-robin order.
+        """
+        base = {"format": STATE_FORMAT, "version": STATE_VERSION, "stream": self._stream_id}
+        if batches is not None or loader is not None:
+            if batches is None or loader is None:
+                raise ValueError("pass both batches= (batches received this epoch) and loader= (the DataLoader)")
+            bs = loader.batch_size
+            epoch = self._position.epoch if self._position is not None else self._epoch
+            return {**base, "epoch": epoch, "world_size": self._world().world_size, "batches": int(batches),
+                    "batch_size": 1 if bs is None else int(bs), "drop_last": bool(loader.drop_last),
+                    "num_workers": max(1, int(loader.num_workers))}
+        p = self._position
+        if p is None:
+            if self._resume is not None:
+                return dict(self._resume)
+            w = self._world()
+            return {**base, "epoch": self._epoch, "world_size": w.world_size, "rank": w.rank, "num_workers": 1,
+                    "consumed": {0: 0}}
+        return {**base, "epoch": p.epoch, "world_size": p.world.world_size, "rank": p.world.rank,
+                "num_workers": p.world.num_workers, "consumed": {p.world.worker: p.yielded}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state_dict()``: the next iteration continues the saved epoch at the next sample."""
+        if state.get("format") != STATE_FORMAT or state.get("version") != STATE_VERSION:
+            raise ValueError(f"not a roboreel reader state (format={state.get('format')!r}, "
+                             f"version={state.get('version')!r}); expected {STATE_FORMAT!r} v{STATE_VERSION}")
+        differ = {k: (v, self._stream_id.get(k)) for k, v in state["stream"].items() if self._stream_id.get(k) != v}
+        if differ:
+            raise ValueError(f"the state was saved for a different stream; (saved, now): {differ}")
+        self._resume = dict(state)
+        self._epoch, self._iters, self._position = int(state["epoch"]), 0, None
+
+    def _take_resume(self, world: World, epoch: int) -> tuple[int, int]:
+        """(samples to skip, worker stream to serve) for this process's worker in ``epoch``."""
+        state, self._resume = self._resume, None
+        if state is None or state["epoch"] != epoch:
+            return 0, world.worker
+        if state["world_size"] != world.world_size or state["num_workers"] != world.num_workers:
+            raise ValueError(
+                f"the state was saved with world_size={state['world_size']}, num_workers={state['num_workers']}; "
+                f"this run has world_size={world.world_size}, num_workers={world.num_workers}: resume needs the same")
+        if "batches" in state:
+            per_worker = self.worker_samples(world.num_workers, epoch=epoch)
+            pos = loader_position(state["batches"], per_worker, batch_size=state["batch_size"],
+                                  drop_last=state["drop_last"])
+            stream = pos.stream_of(world.worker)
+            return pos.consumed[stream], stream
+        if state["rank"] != world.rank:
+            raise ValueError(f"the state holds rank {state['rank']}'s position, this is rank {world.rank}; save "
+                             "each rank's state, or use state_dict(batches=..., loader=...) which fits every rank")
+        consumed = {int(k): int(v) for k, v in state["consumed"].items()}
+        return consumed.get(world.worker, 0), world.worker
+
+    # -- observability ----------------------------------------------------------------------------------
+    def stats(self) -> dict[str, float | int]:
+        """Counters summed over this process and every DataLoader worker so far (decode/fetch seconds, bytes,
+        decoder opens/reuses, ...). ``reset_stats()`` zeroes them."""
+        return self._counters.totals()
+
+    def reset_stats(self) -> None:
+        self._counters.reset()

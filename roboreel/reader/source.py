@@ -1,0 +1,368 @@
+"""Streaming shard records from a compiled dataset, local or remote, with retries below the tar layer.
+
+Each shard slice is read front to back as one stream: one GET per shard over HTTP(S) (fsspec's streaming file),
+a plain file locally, large read-ahead blocks on other fsspec filesystems. ``RetryingReader`` sits under the tar
+parser and hides transient faults: on a timeout, reset, 5xx or a body that ends early it reopens the shard at the
+exact byte already delivered (an HTTP Range request) after a backoff, so tar parsing never sees the fault. A
+shard that keeps failing without progress raises ShardReadError naming it. Nothing is written to disk.
+
+A slice that starts mid-shard (episode-level splits, resume) opens at the record's byte offset, computed from the
+manifest's member sizes (USTAR: a 512-byte header plus data padded to 512) and verified against the first header
+read; if it does not match, the slice falls back to reading from the shard's start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import io
+import logging
+import os
+import posixpath
+import tarfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import fsspec
+
+from roboreel.formats.errors import CompiledFormatError, ShardReadError
+from roboreel.formats.manifest import Manifest
+from roboreel.formats.shard import EpisodeRecord, split_member
+from roboreel.reader.plan import Slice
+
+logger = logging.getLogger(__name__)
+
+BLOCK = 512
+_STREAM_BUFFER = 1 << 20
+_READAHEAD_BLOCK = 32 << 20
+HTTP_CONNECT_TIMEOUT_S = 30.0
+HTTP_READ_TIMEOUT_S = 60.0
+_TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT, errno.ECONNREFUSED,
+                     errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETRESET}
+
+
+@dataclass
+class FetchStats:
+    """Counters of one consumer's reading (the prefetch thread writes them, the consumer reads them)."""
+
+    bytes_read: int = 0
+    fetch_seconds: float = 0.0
+    requests: int = 0
+    retries: int = 0
+    records: int = 0
+
+
+class _Truncated(OSError):
+    """The stream ended before the bytes asked for: treated like a reset."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a read error is worth retrying: timeouts, resets, server errors (5xx, 429, 408), short bodies."""
+    if isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError):
+        return False
+    if isinstance(exc, _Truncated | TimeoutError | asyncio.TimeoutError | ConnectionError):
+        return True
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - aiohttp is a dependency
+        aiohttp = None
+    if aiohttp is not None:
+        if isinstance(exc, aiohttp.ClientResponseError):
+            return exc.status >= 500 or exc.status in (408, 429)
+        if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientConnectionError):
+            return True
+    if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
+        return True
+    cause = exc.__cause__ or exc.__context__
+    return cause is not None and cause is not exc and is_transient(cause)
+
+
+def http_defaults(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """Storage options with a read timeout for http(s) URLs unless the caller set one.
+
+    aiohttp's default is a 5-minute total timeout per request, far too long to notice a stalled stream, and a
+    total timeout would cut a healthy long shard download; a per-read timeout catches stalls only.
+    """
+    opts = dict(storage_options or {})
+    if url.split("://", 1)[0] in ("http", "https"):
+        import aiohttp
+
+        client = dict(opts.get("client_kwargs") or {})
+        client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=HTTP_CONNECT_TIMEOUT_S,
+                                                           sock_read=HTTP_READ_TIMEOUT_S))
+        opts["client_kwargs"] = client
+    return opts
+
+
+def describe(exc: BaseException) -> str:
+    """A short description of a read error (aiohttp's reprs run to several lines of headers)."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return f"HTTP {status} {getattr(exc, 'message', '')}".strip()
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+class Store:
+    """A compiled dataset root on some filesystem; opens shard streams at byte offsets.
+
+    Picklable: the fsspec filesystem is built lazily in each process (DataLoader workers must not share
+    the parent's event loop or sockets).
+    """
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.url = str(url)
+        self.storage_options = http_defaults(self.url, storage_options)
+        self._fs: tuple[int, fsspec.AbstractFileSystem, str] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "storage_options": self.storage_options, "_fs": None}
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        return self._resolve()[0]
+
+    def _resolve(self) -> tuple[fsspec.AbstractFileSystem, str]:
+        if self._fs is None or self._fs[0] != os.getpid():
+            fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            self._fs = (os.getpid(), fs, root.rstrip("/"))
+        return self._fs[1], self._fs[2]
+
+    @property
+    def kind(self) -> str:
+        protocol = self.fs.protocol
+        protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+        if "file" in protocols or "local" in protocols:
+            return "local"
+        if "http" in protocols or "https" in protocols:
+            return "http"
+        return "other"
+
+    def path(self, rel: str) -> str:
+        root = self._resolve()[1]
+        return posixpath.join(root, rel) if root else rel
+
+    def open_at(self, rel: str, offset: int, end: int, size: int) -> IO[bytes]:
+        """A raw binary stream of bytes ``[offset, end)`` of ``rel`` (a file of ``size`` bytes).
+
+        Over HTTP the request asks for exactly that range, so a consumer reading part of a shard never pulls the
+        rest through the network (an open-ended range would stream until the connection closes)."""
+        fs, path, kind = self.fs, self.path(rel), self.kind
+        if kind == "local":
+            f = open(path, "rb")  # noqa: SIM115 - the caller owns and closes it
+            f.seek(offset)
+            return f
+        if kind == "http":
+            headers = {"Range": f"bytes={offset}-{end - 1}"} if offset or end < size else {}
+            f = fs.open(path, "rb", block_size=0, size=size, headers=headers)
+            status = getattr(getattr(f, "r", None), "status", 206)
+            if offset and status != 206:  # server ignored the Range header: skip to the offset ourselves
+                _discard(f, offset)
+            return f
+        f = fs.open(path, "rb", block_size=_READAHEAD_BLOCK, cache_type="readahead")
+        f.seek(offset)
+        return f
+
+
+def _discard(f: IO[bytes], n: int) -> None:
+    while n > 0:
+        chunk = f.read(min(n, _STREAM_BUFFER))
+        if not chunk:
+            raise _Truncated(errno.EIO, "stream ended while skipping to the requested offset")
+        n -= len(chunk)
+
+
+class RetryingReader(io.RawIOBase):
+    """A read-only stream over one shard that reopens at the current byte after transient faults."""
+
+    def __init__(
+        self,
+        store: Store,
+        rel: str,
+        *,
+        start: int,
+        end: int,
+        size: int,
+        retries: int,
+        backoff_s: float,
+        stats: FetchStats,
+    ) -> None:
+        super().__init__()
+        self.store, self.rel, self.size, self.end = store, rel, size, end
+        self.pos = start
+        self.retries, self.backoff_s, self.stats = retries, backoff_s, stats
+        self._f: IO[bytes] | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        view = memoryview(buf).cast("B")
+        if self.pos >= self.end:
+            return 0
+        failures = 0
+        while True:
+            t0 = time.perf_counter()
+            try:
+                if self._f is None:
+                    self.stats.requests += 1
+                    self._f = self.store.open_at(self.rel, self.pos, self.end, self.size)
+                data = self._f.read(min(len(view), self.end - self.pos))
+                if not data:
+                    raise _Truncated(errno.EIO, f"stream ended at byte {self.pos}, before byte {self.end}")
+            except Exception as e:
+                self.stats.fetch_seconds += time.perf_counter() - t0
+                self._drop()
+                failures += 1
+                if not is_transient(e) or failures > self.retries:
+                    what = "failed" if not is_transient(e) else f"kept failing ({failures} attempts)"
+                    raise ShardReadError(f"reading at byte {self.pos} {what}: {describe(e)}", file=self.rel) from e
+                self.stats.retries += 1
+                delay = min(self.backoff_s * 2 ** (failures - 1), 10.0)
+                logger.info("retrying %s at byte %d in %.2fs after %s", self.rel, self.pos, delay, describe(e))
+                time.sleep(delay)
+                continue
+            self.stats.fetch_seconds += time.perf_counter() - t0
+            n = len(data)
+            view[:n] = data
+            self.pos += n
+            self.stats.bytes_read += n
+            return n
+
+    def _drop(self) -> None:
+        if self._f is not None:
+            with contextlib.suppress(Exception):  # a broken connection may fail to close; it is gone either way
+                self._f.close()
+            self._f = None
+
+    def close(self) -> None:
+        self._drop()
+        super().close()
+
+
+def record_spans(manifest: Manifest, shard: int) -> dict[int, tuple[int, int]]:
+    """``[start, end)`` bytes of each episode record in a USTAR shard, from the manifest's member sizes."""
+    out, pos = {}, 0
+    for e in manifest.shards[shard].episodes:
+        start = pos
+        for m in manifest.episode(e).members:
+            pos += BLOCK + -(-m.size // BLOCK) * BLOCK
+        out[e] = (start, pos)
+    return out
+
+
+@dataclass
+class SliceReader:
+    """Reads the records of slices in order, yielding each wanted episode's EpisodeRecord."""
+
+    store: Store
+    manifest: Manifest
+    verify: bool = True
+    retries: int = 5
+    backoff_s: float = 0.2
+    stats: FetchStats = field(default_factory=FetchStats)
+
+    def records(self, slices: Sequence[Slice]) -> Iterator[tuple[int, EpisodeRecord]]:
+        """``(shard position, record)`` for every episode of ``slices``, in order."""
+        for s in slices:
+            for rec in self._slice(s):
+                yield s.shard, rec
+
+    def _slice(self, s: Slice) -> Iterator[EpisodeRecord]:
+        entry = self.manifest.shards[s.shard]
+        spans = record_spans(self.manifest, s.shard)
+        start, end = spans[s.episodes[0]][0], spans[s.episodes[-1]][1]
+        if end > entry.size:  # not a plain USTAR layout: read the shard whole
+            start, end = 0, entry.size
+        done: set[int] = set()
+        try:
+            for rec in self._read(entry.path, entry.size, s, start, end):
+                done.add(rec.index)
+                yield rec
+        except _MisplacedOffset as e:
+            logger.info("%s: %s; reading the shard from its start", entry.path, e)
+            rest = Slice(s.shard, tuple(ep for ep in s.episodes if ep not in done))
+            yield from self._read(entry.path, entry.size, rest, 0, entry.size)
+
+    def _read(self, rel: str, size: int, s: Slice, offset: int, end: int) -> Iterator[EpisodeRecord]:
+        """Records of ``s`` from bytes ``[offset, end)``. A part that does not hold them where the manifest's
+        sizes say raises _MisplacedOffset (the caller re-reads the whole shard); a whole shard that does not
+        hold them is a format error."""
+        partial = offset > 0 or end < size
+        wanted = set(s.episodes)
+        pending: dict[int, dict[str, bytes]] = {}
+        expected = {e: {m.name: m for m in self.manifest.episode(e).members} for e in s.episodes}
+        raw = RetryingReader(self.store, rel, start=offset, end=end, size=size, retries=self.retries,
+                             backoff_s=self.backoff_s, stats=self.stats)
+        stream = io.BufferedReader(raw, _STREAM_BUFFER)
+        try:
+            tar = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115 - closed with the stream
+            first = True
+            for info in tar:
+                name = info.name.rsplit("/", 1)[-1]
+                key, _ = split_member(name)
+                if first and partial and name not in expected[s.episodes[0]]:
+                    raise _MisplacedOffset(f"byte {offset} holds {name!r}, not episode {s.episodes[0]}")
+                if first and partial and info.offset_data - info.offset != BLOCK:
+                    raise _MisplacedOffset("members carry extended (PAX/GNU) headers, so manifest sizes do not "
+                                           "give record offsets")
+                first = False
+                try:
+                    ep = int(key)
+                except ValueError:
+                    continue
+                if ep not in wanted or not info.isfile():
+                    continue
+                meta = expected[ep].get(name)
+                if meta is None:
+                    raise CompiledFormatError(f"unexpected member {name!r} (not in the manifest)", file=rel, episode=ep)
+                f = tar.extractfile(info)
+                data = f.read() if f is not None else b""
+                if len(data) != meta.size:
+                    raise CompiledFormatError(f"member {name} has {len(data)} bytes, manifest says {meta.size}",
+                                              file=rel, episode=ep)
+                if self.verify and hashlib.sha256(data).hexdigest() != meta.sha256:
+                    raise CompiledFormatError(f"member {name} fails its sha256 check", file=rel, episode=ep)
+                members = pending.setdefault(ep, {})
+                members[name] = data
+                if len(members) == len(expected[ep]):
+                    del pending[ep]
+                    wanted.discard(ep)
+                    self.stats.records += 1
+                    yield EpisodeRecord.from_members(members, shard=rel)
+                    if not wanted:
+                        return
+        except tarfile.TarError as e:
+            if partial:
+                raise _MisplacedOffset(f"bytes {offset}..{end} are not whole tar records ({e})") from e
+            raise CompiledFormatError(f"corrupt tar stream: {e}", file=rel) from e
+        finally:
+            stream.close()
+        missing = sorted(wanted)
+        if missing and partial:
+            raise _MisplacedOffset(f"bytes {offset}..{end} lack episodes {missing}")
+        if missing:
+            raise CompiledFormatError(f"shard ended without episodes {missing} (or their members)", file=rel,
+                                      episode=missing[0])
+
+
+def retrying(fn: Callable[[], Any], *, name: str, retries: int, backoff_s: float) -> Any:
+    """Call ``fn`` (a small whole-file read such as the manifest), retrying transient faults like shard reads."""
+    for attempt in range(retries + 1):
+        try:
+            return fn()
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            if attempt == retries:
+                raise ShardReadError(f"kept failing ({attempt + 1} attempts): {describe(e)}", file=name) from e
+            time.sleep(min(backoff_s * 2**attempt, 10.0))
+    raise AssertionError("unreachable")
+
+
+class _MisplacedOffset(Exception):
+    """A computed record offset did not land on the record's header (a shard written another way)."""

@@ -1,0 +1,72 @@
+"""Synthetic sources and their compiled forms for reader tests, built once per test session.
+
+``compiled_pair(tmp_path_factory, episodes_per_shard=1, **synth_overrides)`` returns ``(source, compiled)``
+paths; the same arguments give the same (cached) directories for the rest of the session, across modules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from roboreel.synth import read
+
+_SOURCES: dict[tuple, Path] = {}
+_COMPILED: dict[tuple, Path] = {}
+
+
+def _key(d: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in d.items()))
+
+
+def source(tmp_path_factory: Any, **overrides: Any) -> Path:
+    """A synthetic LeRobot v3 source with conftest's SMALL settings, overridden by keyword (cached)."""
+    from conftest import make_source
+
+    key = _key(overrides)
+    if key not in _SOURCES:
+        _SOURCES[key] = make_source(tmp_path_factory.mktemp("reader-src") / "src", **overrides)
+    return _SOURCES[key]
+
+
+def compiled_pair(tmp_path_factory: Any, *, episodes_per_shard: int = 2, **overrides: Any) -> tuple[Path, Path]:
+    """``(source, compiled)`` for SMALL-with-overrides compiled with test settings and ``episodes_per_shard``."""
+    from roboreel.compile import CompileSettings, compile_dataset
+
+    src = source(tmp_path_factory, **overrides)
+    key = (_key(overrides), episodes_per_shard)
+    if key not in _COMPILED:
+        out = tmp_path_factory.mktemp("reader-compiled") / "compiled"
+        settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=episodes_per_shard)
+        compile_dataset(str(src), str(out), settings=settings, workers=1)
+        _COMPILED[key] = out
+    return src, _COMPILED[key]
+
+
+def codes(frames: torch.Tensor) -> list[tuple[int, int, int]]:
+    """Pixel codes (index, episode, camera) of a [C,H,W] frame or [T,C,H,W] stack."""
+    stack = frames if frames.ndim == 4 else frames[None]
+    return [tuple(dataclasses.astuple(read(f))) for f in stack]
+
+
+def assert_same_sample(got: dict[str, Any], want: dict[str, Any], cameras: list[str]) -> None:
+    """Same keys (in order), dtypes and shapes; camera frames equal by pixel code; everything else exactly."""
+    assert list(got) == list(want), (list(got), list(want))
+    for k, w in want.items():
+        g = got[k]
+        if isinstance(w, torch.Tensor):
+            assert isinstance(g, torch.Tensor) and g.dtype == w.dtype and g.shape == w.shape, (k, g, w)
+            if k in cameras:
+                assert codes(g) == codes(w), (k, int(want["index"]), codes(g), codes(w))
+            else:
+                assert torch.equal(g, w), (k, int(want["index"]), g, w)
+        else:
+            assert g == w, (k, g, w)
+
+
+def batch_indices(batch: dict[str, Any]) -> list[int]:
+    return [int(i) for i in np.asarray(batch["index"]).reshape(-1)]

@@ -1,0 +1,168 @@
+"""CompiledDataset against the reference reader on the source: same samples, keys, dtypes, shapes and values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from support.datasets import assert_same_sample, codes, compiled_pair
+
+from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
+from roboreel.reader import CompiledDataset, ReferenceDataset
+from roboreel.reader.decode import Clip, ClipDecoders, FrameRequest, PendingSample, materialize
+from roboreel.reader.plan import Slice
+from roboreel.reader.pool import LoadedEpisode, PoolSchedule, pending_samples
+from roboreel.reader.source import SliceReader, Store
+
+CAMERAS = ["observation.images.top", "observation.images.wrist"]
+# Windows that cross both episode ends (episodes are 10..60 frames at 20 fps) on tabular and camera keys.
+WINDOWS = {
+    "action": [-0.2, -0.05, 0.0, 0.1, 0.5],
+    "observation.state": [-0.1, 0.0],
+    "observation.images.top": [-0.15, 0.0, 0.1],
+}
+MEDIUM = {"episodes": 24, "min_length": 10, "max_length": 60, "seed": 3}
+
+
+def blank_bottom(x: torch.Tensor) -> torch.Tensor:
+    """A visible transform that leaves the pixel code (top-left) readable."""
+    x = x.clone()
+    x[..., -4:, :] = 0
+    return x
+
+
+@pytest.fixture(scope="module")
+def medium(tmp_path_factory):
+    return compiled_pair(tmp_path_factory, episodes_per_shard=3, **MEDIUM)
+
+
+def _compare(samples, ref):
+    want = ref.__getitems__([ref.position(int(s["index"])) for s in samples])
+    for g, w in zip(samples, want, strict=True):
+        assert_same_sample(g, w, CAMERAS)
+
+
+def test_thousands_of_shuffled_windowed_samples_equal_the_reference(medium):
+    source, compiled = medium
+    ref = ReferenceDataset(str(source), delta_timestamps=WINDOWS)
+    n = len(ref)
+    total = 0
+    for epoch in (0, 1):
+        ds = CompiledDataset(str(compiled), delta_timestamps=WINDOWS, episode_pool_size=6, seed=11)
+        ds.set_epoch(epoch)
+        samples = list(ds)
+        assert sorted(int(s["index"]) for s in samples) == list(range(n))  # every frame once
+        assert [int(s["index"]) for s in samples] != list(range(n))  # and shuffled
+        _compare(samples, ref)
+        total += len(samples)
+        pads = torch.stack([s["action_is_pad"] for s in samples])
+        assert pads[:, 0].any() and pads[:, -1].any()  # windows did cross both ends
+    # through a DataLoader with workers: collated batches equal the collated reference samples
+    ds = CompiledDataset(str(compiled), delta_timestamps=WINDOWS, episode_pool_size=6, seed=11)
+    loader = torch.utils.data.DataLoader(ds, batch_size=16, num_workers=2)
+    seen = []
+    for batch in loader:
+        idx = [int(i) for i in batch["index"]]
+        want = torch.utils.data.default_collate(ref.__getitems__(idx))
+        assert list(batch) == list(want)
+        for k, w in want.items():
+            if k in CAMERAS:
+                g = batch[k]
+                assert g.dtype == w.dtype and g.shape == w.shape
+                assert [codes(x) for x in g] == [codes(x) for x in w]
+            elif isinstance(w, torch.Tensor):
+                assert batch[k].dtype == w.dtype and torch.equal(batch[k], w), k
+            else:
+                assert batch[k] == w
+        seen += idx
+        total += len(idx)
+    assert sorted(seen) == list(range(n))
+    assert total >= 2500
+
+
+def test_selection_transforms_and_uint8_match_the_reference(medium):
+    source, compiled = medium
+    kw = {"episodes": [3, 17, 4], "return_uint8": True, "image_transforms": blank_bottom,
+          "delta_timestamps": {"observation.images.wrist": [-0.05, 0.0]}}
+    ref = ReferenceDataset(str(source), **kw)
+    samples = list(CompiledDataset(str(compiled), seed=2, **kw))
+    assert sorted(int(s["index"]) for s in samples) == sorted(int(s["index"]) for s in
+                                                              ref.__getitems__(list(range(len(ref)))))
+    assert {int(s["episode_index"]) for s in samples} == {3, 4, 17}
+    top = samples[0]["observation.images.top"]
+    assert top.dtype == torch.uint8 and not top[..., -4:, :].any() and top[..., :-4, :].any()
+    _compare(samples, ref)
+
+
+def test_no_shuffle_is_file_order(medium):
+    _, compiled = medium
+    got = [int(s["index"]) for s in CompiledDataset(str(compiled), shuffle=False)]
+    assert got == list(range(len(got)))
+
+
+def test_pool_keeps_decoders_bounded_and_releases_them(medium):
+    """Decode on exit with decoders reused while pooled: never more than pool x cameras open, none at the end."""
+    _, compiled = medium
+    ds = CompiledDataset(str(compiled), episode_pool_size=3)
+    m = ds.manifest
+    slices = [Slice(i, tuple(s.episodes)) for i, s in enumerate(m.shards)]
+    order = [e for s in slices for e in s.episodes]
+    schedule = PoolSchedule(order, [m.episode(e).length for e in order], pool_size=3, shuffle=True, seed=0,
+                            epoch=0, rank=0, worker=0)
+    reader = SliceReader(Store(str(compiled)), m)
+    loaded = (LoadedEpisode(r, shard=m.shards[s].path, tabular_keys=ds.tabular_keys, camera_keys=ds.camera_keys,
+                            windows={}, tasks=m.tasks) for s, r in reader.records(slices))
+    decoders = ClipDecoders()
+    peak = 0
+    for p in pending_samples(schedule, loaded):
+        materialize([p], decoders, tolerance_s=1e-4)
+        peak = max(peak, len(decoders))
+    assert len(decoders) == 0 and peak <= 3 * len(CAMERAS)
+    assert decoders.stats.decoder_opens == len(order) * len(CAMERAS)
+    assert decoders.stats.decoder_reuses == m.total_frames * len(CAMERAS) - decoders.stats.decoder_opens
+
+
+def test_frame_timestamp_check_names_the_clip(medium):
+    _, compiled = medium
+    ds = CompiledDataset(str(compiled))
+    m = ds.manifest
+    rec = next(SliceReader(Store(str(compiled)), m).records([Slice(0, (m.shards[0].episodes[0],))]))[1]
+    clip = Clip(m.shards[0].path, rec.index, CAMERAS[0], rec.clips[CAMERAS[0]])
+    ok = FrameRequest(clip, np.array([3]), np.array([0.15]), False)
+    (sample,) = materialize([PendingSample(rec.index, 3, {}, {CAMERAS[0]: ok})], ClipDecoders(), tolerance_s=1e-4)
+    assert codes(sample[CAMERAS[0]])[0][1:] == (rec.index, 0)
+    off = FrameRequest(clip, np.array([3]), np.array([0.16]), False)
+    with pytest.raises(FrameTimestampError, match=rf"{clip.name}.*episode {rec.index}"):
+        materialize([PendingSample(rec.index, 3, {}, {CAMERAS[0]: off})], ClipDecoders(), tolerance_s=1e-4)
+
+
+def test_arguments_are_checked(medium, tmp_path):
+    _, compiled = medium
+    with pytest.raises(NotImplementedError, match="cuda"):
+        CompiledDataset(str(compiled), decode_device="cuda")
+    with pytest.raises(ValueError, match="decode_device"):
+        CompiledDataset(str(compiled), decode_device="tpu")
+    with pytest.raises(ValueError, match=r"episodes \[999\]"):
+        CompiledDataset(str(compiled), episodes=[1, 999])
+    with pytest.raises(ValueError, match="'actions' is not a feature"):
+        CompiledDataset(str(compiled), delta_timestamps={"actions": [0.0]})
+    with pytest.raises(ValueError, match="frame_order"):
+        CompiledDataset(str(compiled), frame_order="gop")
+    with pytest.raises(CompiledFormatError, match="no manifest"):
+        CompiledDataset(str(tmp_path))
+
+
+def test_approximate_seek_mode_is_exact_on_compiled_clips(medium):
+    """Compiled clips are constant-fps with pts from 0, so torchcodec's "approximate" mode (no index scan when
+    a decoder opens) lands on the same frames as "exact", in any access order."""
+    _, compiled = medium
+    m = CompiledDataset(str(compiled)).manifest
+    _, rec = next(SliceReader(Store(str(compiled)), m).records([Slice(1, tuple(m.shards[1].episodes[:1]))]))
+    order = np.random.default_rng(0).permutation(rec.length).tolist()
+    for cam, data in rec.clips.items():
+        approx = ClipDecoders(seek_mode="approximate")
+        exact = ClipDecoders(seek_mode="exact")
+        clip = Clip("s", rec.index, cam, data)
+        for f in order:
+            (a, pa), (e, pe) = approx.frames(clip, {f: 0})[f], exact.frames(clip, {f: 0})[f]
+            assert torch.equal(a, e) and pa == pe == pytest.approx(f / m.fps, abs=1e-9)

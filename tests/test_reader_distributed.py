@@ -1,0 +1,125 @@
+"""Distribution through real DataLoaders: exactly-once per epoch across ranks and workers, determinism,
+reshuffling, episode mixing, stats aggregated across workers."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from support.datasets import batch_indices, compiled_pair
+
+from roboreel.reader import CompiledDataset
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
+
+
+@pytest.fixture(scope="module")
+def eight_shards(tmp_path_factory):  # 8 shards: divides 1, 2, 4 consumers; not 3, 6, 9
+    return compiled_pair(tmp_path_factory, episodes_per_shard=1)[1]
+
+
+@pytest.fixture(scope="module")
+def three_shards(tmp_path_factory):  # 3 shards: divides 1, 3 consumers; not 2, 4, 6, 9
+    return compiled_pair(tmp_path_factory, episodes_per_shard=3)[1]
+
+
+def epoch_indices(path, *, rank=0, world_size=1, num_workers=0, epoch=0, batch_size=5, **kw) -> list[list[int]]:
+    ds = CompiledDataset(str(path), rank=rank, world_size=world_size, episode_pool_size=2, return_uint8=True, **kw)
+    ds.set_epoch(epoch)
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=num_workers)
+    return [batch_indices(b) for b in loader]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+@pytest.mark.parametrize("layout", ["eight_shards", "three_shards"])
+def test_exactly_once_per_epoch(layout, world_size, num_workers, request):
+    path = request.getfixturevalue(layout)
+    total = CompiledDataset(str(path)).manifest.total_frames
+    per_rank = []
+    for rank in range(world_size):
+        got = [i for b in epoch_indices(path, rank=rank, world_size=world_size, num_workers=num_workers, epoch=1)
+               for i in b]
+        sized = CompiledDataset(str(path), rank=rank, world_size=world_size)
+        sized.set_epoch(1)
+        assert len(got) == len(sized) == sized.rank_samples()[rank]  # __len__ is exact
+        per_rank.append(got)
+    everything = sorted(i for got in per_rank for i in got)
+    assert everything == list(range(total))  # complete, no duplicates, ranks disjoint
+
+
+def test_workers_without_data_do_not_stall_or_duplicate(eight_shards):
+    # one selected episode, three workers: two of them have nothing to read
+    ds = CompiledDataset(str(eight_shards), episodes=[5])
+    got = [i for b in torch.utils.data.DataLoader(ds, batch_size=4, num_workers=3) for i in batch_indices(b)]
+    e = ds.manifest.episode(5)
+    assert sorted(got) == list(range(e.from_index, e.to_index))
+
+
+def test_uneven_split_warns_once(eight_shards, caplog):
+    ds = CompiledDataset(str(eight_shards))
+    with caplog.at_level(logging.WARNING, logger="roboreel.reader.dataset"):
+        for _ in range(2):
+            list(ds)  # one consumer: 8 shards divide 1, no warning
+        assert not caplog.records
+        three = CompiledDataset(str(eight_shards), rank=0, world_size=3)
+        list(three)
+        list(three)
+    assert len([r for r in caplog.records if "do not divide" in r.getMessage()]) == 1
+
+
+def test_order_is_deterministic_and_reshuffles_per_epoch(eight_shards):
+    a = epoch_indices(eight_shards, num_workers=2, epoch=0, seed=4)
+    assert a == epoch_indices(eight_shards, num_workers=2, epoch=0, seed=4)
+    assert a != epoch_indices(eight_shards, num_workers=2, epoch=1, seed=4)
+    assert a != epoch_indices(eight_shards, num_workers=2, epoch=0, seed=5)
+    # the same object, iterated twice without set_epoch, moves on to the next epoch by itself
+    ds = CompiledDataset(str(eight_shards), episode_pool_size=2, seed=4, return_uint8=True)
+    first, second = [int(s["index"]) for s in ds], [int(s["index"]) for s in ds]
+    assert first != second and sorted(first) == sorted(second)
+
+
+def test_batches_mix_episodes(tmp_path_factory):
+    """With P pooled episodes a batch of B holds ~P(1 - (1 - 1/P)^B) distinct episodes under uniform picks;
+    allow 80% of that for the epoch's tail (the pool draining); file order holds 1-2."""
+    _, path = compiled_pair(tmp_path_factory, episodes_per_shard=3, episodes=24, min_length=10, max_length=60,
+                            seed=3)
+    pool, batch = 8, 16
+    ds = CompiledDataset(str(path), episode_pool_size=pool, return_uint8=True)
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch)
+    distinct = [len(set(b["episode_index"].tolist())) for b in loader]
+    ideal = pool * (1 - (1 - 1 / pool) ** batch)
+    assert np.mean(distinct) >= 0.8 * ideal, (np.mean(distinct), ideal)
+    ordered = CompiledDataset(str(path), shuffle=False, return_uint8=True)
+    plain = [len(set(b["episode_index"].tolist())) for b in torch.utils.data.DataLoader(ordered, batch_size=batch)]
+    assert np.mean(plain) < 2.5 < np.mean(distinct)
+
+
+def test_stats_aggregate_across_workers(eight_shards):
+    ds = CompiledDataset(str(eight_shards), episode_pool_size=2)
+    m = ds.manifest
+    n = len([i for b in torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2) for i in batch_indices(b)])
+    st = ds.stats()
+    cams = len(m.cameras)
+    assert st["samples"] == n == m.total_frames
+    assert st["episodes_read"] == len(m.episodes)
+    assert st["decoder_opens"] == len(m.episodes) * cams
+    assert st["decoder_opens"] + st["decoder_reuses"] == st["decode_calls"]
+    assert st["frames_decoded"] == n * cams
+    assert 0 < st["bytes_read"] <= sum(s.size for s in m.shards)
+    assert st["requests"] == len(m.shards) and st["retries"] == 0
+    assert st["decode_seconds"] > 0 and st["fetch_seconds"] > 0
+    ds.reset_stats()
+    assert ds.stats()["samples"] == 0
+
+
+def test_persistent_workers_follow_the_epochs(eight_shards):
+    """Persistent workers keep their dataset copies; each new iteration moves them to the next epoch, which is
+    what set_epoch(0), set_epoch(1), ... in the main process asks for."""
+    ds = CompiledDataset(str(eight_shards), episode_pool_size=2, return_uint8=True)
+    loader = torch.utils.data.DataLoader(ds, batch_size=5, num_workers=2, persistent_workers=True)
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        assert [batch_indices(b) for b in loader] == epoch_indices(eight_shards, num_workers=2, epoch=epoch)
