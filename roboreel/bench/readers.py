@@ -1,0 +1,135 @@
+"""The readers a benchmark compares, each built the way a training script would build it.
+
+- ``compiled``: CompiledDataset over the compiled shards (an IterableDataset; the DataLoader batches it).
+- ``reference``: roboreel's map-style reader over the *source* (random sampler, batched ``__getitems__``,
+  decoder reuse): the honest fast baseline for reading LeRobot v3 as it is published.
+- ``lerobot``: LeRobot's own ``LeRobotDataset`` over the source, when ``lerobot`` is importable.
+
+Every dataset is wrapped so each sample carries its production time inside the worker (``LATENCY_KEY``): time
+spent producing it, excluding time a worker sits blocked on a full prefetch queue.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+Reader = Literal["compiled", "reference", "lerobot"]
+Mode = Literal["single", "sarm"]
+READERS: tuple[str, ...] = ("compiled", "reference", "lerobot")
+MODES: tuple[str, ...] = ("single", "sarm")
+LATENCY_KEY = "__bench_latency_s"
+
+
+def delta_timestamps(mode: str) -> dict[str, list[float]] | None:
+    """The benchmark protocol: ``single`` = one frame per camera; ``sarm`` = 8 action steps 1 s apart."""
+    if mode == "single":
+        return None
+    if mode == "sarm":
+        return {"action": [float(k) for k in range(8)]}
+    raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+class TimedIterable(IterableDataset):
+    """Adds the time spent inside ``next()`` of the wrapped iterable to every sample."""
+
+    def __init__(self, inner: IterableDataset) -> None:
+        self.inner = inner
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        it = iter(self.inner)
+        while True:
+            t = time.perf_counter()
+            try:
+                sample = next(it)
+            except StopIteration:
+                return
+            sample[LATENCY_KEY] = time.perf_counter() - t
+            yield sample
+
+
+class TimedMap(Dataset):
+    """Adds each sample's share of ``__getitems__`` (or ``__getitem__``) time to it."""
+
+    def __init__(self, inner: Dataset) -> None:
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        return self.__getitems__([idx])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        t = time.perf_counter()
+        if hasattr(self.inner, "__getitems__"):
+            samples = self.inner.__getitems__(list(indices))
+        else:
+            samples = [self.inner[i] for i in indices]
+        share = (time.perf_counter() - t) / max(1, len(samples))
+        for s in samples:
+            s[LATENCY_KEY] = share
+        return samples
+
+
+@dataclass
+class Built:
+    """A dataset ready for a DataLoader, and how to read its counters afterwards."""
+
+    dataset: Dataset | IterableDataset
+    map_style: bool
+    stats: Any = None  # callable -> dict, or None
+    cameras: int = 0
+
+
+def lerobot_available() -> tuple[bool, str]:
+    try:
+        import lerobot  # noqa: F401
+    except Exception as e:  # any import failure means "not usable here"
+        return False, f"lerobot is not importable ({type(e).__name__}: {e})"
+    return True, ""
+
+
+def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int | None, seed: int,
+          decode_device: str = "cpu", storage_options: dict | None = None) -> Built:
+    """Construct one reader's dataset for ``mode``."""
+    dts = delta_timestamps(mode)
+    if reader == "compiled":
+        from roboreel.reader import CompiledDataset
+
+        kwargs: dict[str, Any] = {"delta_timestamps": dts, "seed": seed, "decode_device": decode_device,
+                                  "storage_options": storage_options}
+        if pool_size:
+            kwargs["episode_pool_size"] = pool_size
+        ds = CompiledDataset(compiled, **kwargs)
+        return Built(TimedIterable(ds), map_style=False, stats=ds.stats, cameras=len(ds.camera_keys))
+    if reader == "reference":
+        from roboreel.reader.reference import ReferenceDataset
+
+        ds = ReferenceDataset(source, delta_timestamps=dts, storage_options=storage_options)
+        return Built(TimedMap(ds), map_style=True, stats=getattr(ds, "stats", None), cameras=len(ds.camera_keys))
+    if reader == "lerobot":
+        ok, why = lerobot_available()
+        if not ok:
+            raise RuntimeError(why)
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset  # type: ignore[import-not-found]
+
+        ds = LeRobotDataset(repo_id="local/bench", root=source, delta_timestamps=dts)
+        cams = len(getattr(ds.meta, "video_keys", []) or [])
+        return Built(TimedMap(ds), map_style=True, cameras=cams)
+    raise ValueError(f"reader must be one of {READERS}, got {reader!r}")
+
+
+def to_device(batch: dict[str, Any], device: torch.device) -> int:
+    """The dummy consumer: move every tensor to ``device``; returns the batch size."""
+    n = 0
+    for k, v in batch.items():
+        if isinstance(v, torch.Tensor):
+            batch[k] = v.to(device, non_blocking=True)
+            n = max(n, int(v.shape[0]) if v.dim() else 1)
+    return n

@@ -1,0 +1,119 @@
+"""One benchmark run: build a reader, drive a DataLoader through warm-up and a steady window, measure.
+
+samples/s is wall clock over the steady window (samples consumed / seconds between the first and last steady
+batch), never a sum of per-batch gaps; a run that yields no steady samples raises.
+
+Per-sample latency is worker time per sample: the time a worker spent producing a batch (inside ``next()`` or
+``__getitems__``, never blocked on a full prefetch queue) divided by its size. Readers that decode several
+samples in one call (both do) would otherwise show a 0 ms median and rare spikes; amortising per batch makes the
+readers comparable. Percentiles are over the steady window's batches.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+from roboreel.bench.procmem import PeakRSS
+from roboreel.bench.readers import LATENCY_KEY, build, to_device
+
+
+class BenchError(RuntimeError):
+    """A benchmark run that measured nothing (zero samples) or could not run."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Knobs of one run (shared by every reader in a comparison)."""
+
+    batch_size: int = 32
+    num_workers: int = 2
+    prefetch: int = 2
+    pool_size: int | None = None
+    decode_device: str = "cpu"
+    warmup_batches: int = 3
+    batches: int = 40
+    seconds: float | None = None  # stop the steady window after this long instead of after ``batches``
+    seed: int = 0
+
+
+def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfig, where: str = "local",
+            repeat: int = 0, ceiling_frames_per_s: float | None = None,
+            storage_options: dict | None = None) -> dict[str, Any]:
+    """Run ``reader`` in ``mode`` once and return its metrics (one JSON-able dict)."""
+    built = build(reader, mode, compiled=compiled, source=source, pool_size=cfg.pool_size, seed=cfg.seed + repeat,
+                  decode_device=cfg.decode_device, storage_options=storage_options)
+    loader_kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "num_workers": cfg.num_workers}
+    if cfg.num_workers > 0:
+        loader_kwargs["prefetch_factor"] = cfg.prefetch
+    if built.map_style:
+        gen = torch.Generator().manual_seed(cfg.seed + repeat)
+        loader_kwargs["sampler"] = RandomSampler(built.dataset, generator=gen)
+    loader = DataLoader(built.dataset, **loader_kwargs)
+    device = torch.device("cuda" if cfg.decode_device.startswith("cuda") else "cpu")
+    stats_before = built.stats() if built.stats else None
+
+    latencies: list[float] = []
+    distinct: list[int] = []
+    steady_samples = 0
+    first_batch_s = None
+    t_steady = t_end = None
+    n_batches = 0
+    with PeakRSS() as mem:
+        t0 = time.perf_counter()
+        it = iter(loader)
+        for batch in it:
+            lat = batch.pop(LATENCY_KEY)
+            n = to_device(batch, device)
+            now = time.perf_counter()
+            n_batches += 1
+            if first_batch_s is None:
+                first_batch_s = now - t0
+            if n_batches == cfg.warmup_batches + 1 and t_steady is None:
+                t_steady = now  # the steady window starts when the first post-warm-up batch arrives
+            elif t_steady is not None:
+                steady_samples += n
+                latencies.append(float(lat.sum()) / max(1, n))  # worker time per sample, amortised per batch
+                distinct.append(len(set(batch["episode_index"].flatten().tolist())))
+                t_end = now
+            if t_steady is not None and (
+                (cfg.seconds is not None and now - t_steady >= cfg.seconds)
+                or (cfg.seconds is None and n_batches >= cfg.warmup_batches + 1 + cfg.batches)
+            ):
+                break
+        del it
+        gc.collect()
+    if steady_samples == 0 or t_end is None or t_steady is None or t_end <= t_steady:
+        raise BenchError(
+            f"{reader}/{mode}: no samples in the steady window ({n_batches} batches in all, warm-up "
+            f"{cfg.warmup_batches}); use a larger dataset or fewer warm-up batches"
+        )
+    sps = steady_samples / (t_end - t_steady)
+    stats = None
+    if built.stats:
+        after = built.stats()
+        stats = {k: after[k] - (stats_before or {}).get(k, 0) for k in after}
+    lat_ms = np.array(latencies) * 1e3
+    ceiling = ceiling_frames_per_s / built.cameras if ceiling_frames_per_s and built.cameras else None
+    return {
+        "reader": reader, "mode": mode, "where": where, "repeat": repeat, **asdict(cfg),
+        "samples": steady_samples, "steady_s": t_end - t_steady, "samples_per_s": sps,
+        "ceiling_samples_per_s": ceiling, "ceiling_fraction": sps / ceiling if ceiling else None,
+        "first_batch_s": first_batch_s,
+        "latency_p50_ms": float(np.percentile(lat_ms, 50)), "latency_p95_ms": float(np.percentile(lat_ms, 95)),
+        "latency_p99_ms": float(np.percentile(lat_ms, 99)),
+        "peak_rss_mb": mem.peak / 2**20,
+        "distinct_episodes_per_batch": float(np.mean(distinct)),
+        "decode_s": stats.get("decode_seconds") if stats else None,
+        "fetch_s": stats.get("fetch_seconds") if stats else None,
+        "decoder_opens": stats.get("decoder_opens") if stats else None,
+        "decoder_reuses": stats.get("decoder_reuses") if stats else None,
+        "reader_stats": stats,
+        "cameras": built.cameras,
+    }

@@ -1,0 +1,117 @@
+"""A whole benchmark: prepare data, measure the decode ceiling, alternate readers per mode, write reports."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import platform
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from roboreel.bench.ceiling import compiled_clips, decode_ceiling
+from roboreel.bench.readers import lerobot_available
+from roboreel.bench.report import chart, markdown_table, summarize, write_runs
+from roboreel.bench.runner import RunConfig, run_one
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The benchmark dataset (the issue's protocol: 3 cameras, 20 fps, 224x224, >= 40 episodes)."""
+
+    episodes: int = 40
+    cameras: int = 3
+    height: int = 224
+    width: int = 224
+    fps: int = 20
+    min_length: int = 150
+    max_length: int = 250
+
+
+def prepare(root: Path, spec: DataSpec, *, workers: int = 2, progress: bool = True) -> tuple[Path, Path]:
+    """Synthesise (LeRobot defaults: AV1 g=2 crf=30) and compile (roboreel defaults) unless already there."""
+    from roboreel.cli.synth import camera_names
+    from roboreel.compile import compile_dataset
+    from roboreel.synth import SynthConfig, synthesize
+
+    src, out = root / "source", root / "compiled"
+    if not (src / "meta" / "info.json").exists():
+        cfg = SynthConfig(episodes=spec.episodes, cameras=camera_names(spec.cameras), height=spec.height,
+                          width=spec.width, fps=spec.fps, min_length=spec.min_length, max_length=spec.max_length,
+                          video_files_size_in_mb=100.0, data_files_size_in_mb=100.0)
+        synthesize(src, cfg, overwrite=True, progress=progress)
+    if not (out / "roboreel.json").exists():
+        compile_dataset(str(src), str(out), workers=workers, progress=progress)
+    return src, out
+
+
+@contextlib.contextmanager
+def served(compiled: str, source: str, latency_ms: float) -> Iterator[tuple[str, str]]:
+    """Serve both datasets over HTTP on 127.0.0.1 with a fixed latency per request (an object store stand-in)."""
+    from roboreel.testing.httpserver import Faults, FaultyServer
+
+    faults = Faults(latency_s=latency_ms / 1000.0)
+    with FaultyServer(compiled, faults=faults, lifetime_s=3600) as a, FaultyServer(source, faults=faults,
+                                                                                  lifetime_s=3600) as b:
+        yield a.url, b.url
+
+
+def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str], cfg: RunConfig, repeats: int,
+              out: Path, remote_latency_ms: float | None = None, ceiling: bool = True,
+              echo: Any = print) -> dict[str, Any]:
+    """Alternate readers (A B A B ...) for each mode, locally and (optionally) over HTTP; write every report."""
+    readers = list(readers)
+    if "lerobot" in readers:
+        ok, why = lerobot_available()
+        if not ok:
+            echo(f"skipping reader 'lerobot': {why}")
+            readers.remove("lerobot")
+    ceiling_fps = None
+    if ceiling:
+        clips = compiled_clips(compiled)
+        ceiling_fps = decode_ceiling(clips)
+        echo(f"decode ceiling: {ceiling_fps:,.0f} frames/s (sequential decode of {len(clips)} compiled clips, "
+             f"one process per core)")
+    runs: list[dict[str, Any]] = []
+    places = [("local", compiled, source)]
+    stack = contextlib.ExitStack()
+    if remote_latency_ms is not None:
+        rc, rs = stack.enter_context(served(compiled, source, remote_latency_ms))
+        places.append((f"http+{remote_latency_ms:g}ms", rc, rs))
+    with stack:
+        for where, c, s in places:
+            for mode in modes:
+                for r in range(repeats):
+                    for reader in readers:
+                        run_cfg = cfg
+                        if where != "local" and reader != "compiled":
+                            # per-frame range requests at tens of ms each: a short window measures it fine
+                            run_cfg = replace(cfg, batches=max(2, cfg.batches // 8), seconds=None)
+                        res = run_one(reader, mode, compiled=c, source=s, cfg=run_cfg, where=where, repeat=r,
+                                      ceiling_frames_per_s=ceiling_fps)
+                        runs.append(res)
+                        frac = f", {res['ceiling_fraction']:.0%} of ceiling" if res["ceiling_fraction"] else ""
+                        echo(f"  {where:>12} {mode:>6} {reader:>9} #{r}: {res['samples_per_s']:8.1f} samples/s"
+                             f"{frac}, first batch {res['first_batch_s']:.2f}s, "
+                             f"{res['distinct_episodes_per_batch']:.1f} episodes/batch, "
+                             f"peak RSS {res['peak_rss_mb']:.0f} MB")
+    rows = summarize(runs)
+    table = markdown_table(rows)
+    write_runs(out, runs)
+    ceiling_sps = ceiling_fps / runs[0]["cameras"] if ceiling_fps and runs and runs[0]["cameras"] else None
+    png = chart(rows, out / "chart.png", ceiling_samples_per_s=ceiling_sps)
+    summary = {
+        "machine": {"platform": platform.platform(), "cpus": __import__("os").cpu_count(),
+                    "python": platform.python_version()},
+        "config": asdict(cfg), "repeats": repeats, "ceiling_frames_per_s": ceiling_fps,
+        "ceiling_samples_per_s": ceiling_sps, "summary": rows,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.md").write_text(table + "\n")
+    echo("\n" + table)
+    echo(f"\nwrote {out}/runs.json, runs.csv, summary.json, summary.md" + (f", {png.name}" if png else ""))
+    return summary

@@ -1,0 +1,65 @@
+"""`roboreel bench` runs end to end on a tiny dataset and writes its reports; it refuses to report nothing.
+
+No timing is asserted here: performance lives in docs/benchmarks.md, measured with the commands given there.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from roboreel.bench.runner import BenchError, RunConfig, run_one
+from roboreel.cli import main
+
+
+def test_bench_writes_reports_local_and_remote(small_source, small_compiled, tmp_path):
+    out = tmp_path / "bench"
+    rc = main(["bench", str(small_compiled), "--source", str(small_source), "--readers", "compiled,reference,lerobot",
+               "--modes", "single,sarm", "--batch-size", "4", "--num-workers", "0", "--warmup", "1",
+               "--batches", "2", "--repeats", "2", "--remote-latency-ms", "2", "--out", str(out)])
+    assert rc == 0
+    runs = json.loads((out / "runs.json").read_text())
+    # 2 places x 2 modes x 2 repeats x 2 readers (lerobot is skipped with a message: not installed here)
+    assert len(runs) == 16
+    assert {(r["where"], r["mode"], r["reader"]) for r in runs} == {
+        (w, m, r) for w in ("local", "http+2ms") for m in ("single", "sarm") for r in ("compiled", "reference")
+    }
+    order = [r["reader"] for r in runs[:4]]
+    assert order == ["compiled", "reference", "compiled", "reference"]  # A B A B
+    for r in runs:
+        assert r["samples"] > 0 and r["samples_per_s"] > 0 and r["first_batch_s"] > 0
+        assert r["peak_rss_mb"] > 0 and r["distinct_episodes_per_batch"] >= 1
+        assert r["latency_p50_ms"] <= r["latency_p99_ms"]
+        assert r["ceiling_fraction"] > 0
+    compiled = [r for r in runs if r["reader"] == "compiled"]
+    assert all(r["decoder_opens"] > 0 and r["decode_s"] > 0 for r in compiled)
+    with open(out / "runs.csv") as f:
+        assert len(list(csv.DictReader(f))) == 16
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ceiling_frames_per_s"] > 0
+    ref = [s for s in summary["summary"] if s["reader"] == "reference"]
+    assert all(s["x_reference"] == pytest.approx(1.0) for s in ref)
+    assert (out / "summary.md").read_text().startswith("| where | mode | reader |")
+    assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_fails_loudly_on_zero_samples(small_source, small_compiled):
+    # 8 tiny episodes give a few hundred samples: 10,000 warm-up batches of 64 leave nothing to measure.
+    cfg = RunConfig(batch_size=64, num_workers=0, warmup_batches=10_000, batches=5)
+    with pytest.raises(BenchError, match="no samples in the steady window"):
+        run_one("compiled", "single", compiled=str(small_compiled), source=str(small_source), cfg=cfg)
+
+
+def test_compile_bench_compares_with_ffmpeg(small_source, tmp_path):
+    out = tmp_path / "cb"
+    rc = main(["bench", "--source", str(small_source), "--no-dataloading", "--compile", "--compile-workers", "1",
+               "--out", str(out)])
+    assert rc == 0
+    data = json.loads((out / "compile.json").read_text())
+    tools = {r["tool"] for r in data["runs"]}
+    assert tools == {"roboreel", "ffmpeg"}
+    frames = {r["frames"] for r in data["runs"]}
+    assert len(frames) == 1  # both transcoded exactly the same frames
+    assert data["ratios"][0]["workers"] == 1 and data["ratios"][0]["ratio"] > 0
