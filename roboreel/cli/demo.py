@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"   {time.perf_counter() - t:.1f}s")
 
     t = _step(f"compile -> {out} (HEVC clips, one row group per episode, per-episode tar shards)")
-    rc = cli(["compile", str(src), str(out), "--workers", str(args.workers), "--episodes-per-shard", "2"])
+    rc = cli(["compile", str(src), str(out), "--workers", str(args.workers), "--episodes-per-shard", "3"])
     if rc:
         return rc
     print(f"   {time.perf_counter() - t:.1f}s")
