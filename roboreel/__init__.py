@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["CompiledDataset", "__version__"]
+__all__ = ["CompiledDataset", "__version__", "loader"]
 
 
 def __getattr__(name: str) -> Any:
@@ -14,4 +14,8 @@ def __getattr__(name: str) -> Any:
         from roboreel.reader.dataset import CompiledDataset
 
         return CompiledDataset
+    if name == "loader":
+        from roboreel.reader.loader import loader
+
+        return loader
     raise AttributeError(f"module 'roboreel' has no attribute {name!r}")

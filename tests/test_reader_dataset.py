@@ -138,8 +138,6 @@ def test_frame_timestamp_check_names_the_clip(medium):
 
 def test_arguments_are_checked(medium, tmp_path):
     _, compiled = medium
-    with pytest.raises(NotImplementedError, match="cuda"):
-        CompiledDataset(str(compiled), decode_device="cuda")
     with pytest.raises(ValueError, match="decode_device"):
         CompiledDataset(str(compiled), decode_device="tpu")
     with pytest.raises(ValueError, match=r"episodes \[999\]"):

@@ -1,6 +1,7 @@
 """The readers a benchmark compares, each built the way a training script would build it.
 
-- ``compiled``: CompiledDataset over the compiled shards (an IterableDataset; the DataLoader batches it).
+- ``compiled``: CompiledDataset over the compiled shards (an IterableDataset; the DataLoader batches it). With
+  ``decode_device="cuda"`` it is read through ``roboreel.loader`` instead (decode in the main process, on the GPU).
 - ``reference``: roboreel's map-style reader over the *source* (random sampler, batched ``__getitems__``,
   decoder reuse): the honest fast baseline for reading LeRobot v3 as it is published.
 - ``lerobot``: LeRobot's own ``LeRobotDataset`` over the source, when ``lerobot`` is importable.
@@ -85,6 +86,7 @@ class Built:
     map_style: bool
     stats: Any = None  # callable -> dict, or None
     cameras: int = 0
+    compiled: Any = None  # the bare CompiledDataset (for roboreel.loader), compiled reader only
 
 
 def lerobot_available() -> tuple[bool, str]:
@@ -107,7 +109,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
         if pool_size:
             kwargs["episode_pool_size"] = pool_size
         ds = CompiledDataset(compiled, **kwargs)
-        return Built(TimedIterable(ds), map_style=False, stats=ds.stats, cameras=len(ds.camera_keys))
+        return Built(TimedIterable(ds), map_style=False, stats=ds.stats, cameras=len(ds.camera_keys), compiled=ds)
     if reader == "reference":
         from roboreel.reader.reference import ReferenceDataset
 

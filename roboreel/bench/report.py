@@ -13,6 +13,7 @@ _CSV_FIELDS = (
     "reader", "mode", "repeat", "where", "samples", "samples_per_s", "ceiling_fraction", "first_batch_s",
     "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "peak_rss_mb", "decode_s", "fetch_s",
     "decoder_opens", "decoder_reuses", "distinct_episodes_per_batch", "batch_size", "num_workers",
+    "decode_device", "decode_stage", "fallback_clips", "gpu_max_allocated_mb", "gpu_max_reserved_mb",
 )
 
 
@@ -44,6 +45,7 @@ def summarize(runs: list[dict[str, Any]], *, baseline: str = "reference") -> lis
             "first_batch_s": med("first_batch_s"), "latency_p50_ms": med("latency_p50_ms"),
             "latency_p99_ms": med("latency_p99_ms"), "peak_rss_mb": med("peak_rss_mb"),
             "distinct_episodes_per_batch": med("distinct_episodes_per_batch"),
+            "gpu_max_allocated_mb": med("gpu_max_allocated_mb"), "gpu_max_reserved_mb": med("gpu_max_reserved_mb"),
         })
     for row in rows:
         base = next((b for b in rows if b["where"] == row["where"] and b["mode"] == row["mode"]
@@ -63,7 +65,10 @@ def markdown_table(rows: list[dict[str, Any]], *, baseline: str = "reference") -
     """The summary as a Markdown table (what docs/benchmarks.md and the CLI print)."""
     head = ("| where | mode | reader | samples/s | of ceiling | x " + baseline +
             " | first batch s | p50 ms | p99 ms | peak RSS MB | episodes/batch |")
-    lines = [head, "|" + "|".join(["---"] * 11) + "|"]
+    gpu = any(r.get("gpu_max_allocated_mb") is not None for r in rows)  # a --decode-device cuda run
+    if gpu:
+        head += " GPU max alloc MB | GPU max reserved MB |"
+    lines = [head, "|" + "|".join(["---"] * (13 if gpu else 11)) + "|"]
     for r in rows:
         lines.append(
             f"| {r['where']} | {r['mode']} | {r['reader']} | {_fmt(r['samples_per_s'], '.0f')} | "
@@ -71,6 +76,8 @@ def markdown_table(rows: list[dict[str, Any]], *, baseline: str = "reference") -
             f"{_fmt(r['first_batch_s'], '.2f')} | {_fmt(r['latency_p50_ms'], '.1f')} | "
             f"{_fmt(r['latency_p99_ms'], '.1f')} | {_fmt(r['peak_rss_mb'], '.0f')} | "
             f"{_fmt(r['distinct_episodes_per_batch'], '.1f')} |"
+            + (f" {_fmt(r.get('gpu_max_allocated_mb'), '.0f')} | {_fmt(r.get('gpu_max_reserved_mb'), '.0f')} |"
+               if gpu else "")
         )
     return "\n".join(lines)
 

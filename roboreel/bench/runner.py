@@ -7,6 +7,13 @@ Per-sample latency is worker time per sample: the time a worker spent producing 
 ``__getitems__``, never blocked on a full prefetch queue) divided by its size. Readers that decode several
 samples in one call (both do) would otherwise show a 0 ms median and rare spikes; amortising per batch makes the
 readers comparable. Percentiles are over the steady window's batches.
+
+With ``decode_device="cuda"`` (or ``device_loader=True``) the compiled reader is read through ``roboreel.loader``:
+workers yield compressed batches and the main process decodes them (on the GPU). Its per-sample latency is then
+the worker time producing the batch plus the decode stage's time for it (``DeviceLoader.last_batch_seconds``),
+over the batch size; on CUDA the run also reports peak GPU memory (``torch.cuda.max_memory_allocated`` and
+``max_memory_reserved``, reset before the run). Other readers decode on the CPU and the consumer copies batches
+to the GPU.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class RunConfig:
     prefetch: int = 2
     pool_size: int | None = None
     decode_device: str = "cpu"
+    device_loader: bool = False  # read the compiled reader through roboreel.loader even on the CPU
     warmup_batches: int = 3
     batches: int = 40
     seconds: float | None = None  # stop the steady window after this long instead of after ``batches``
@@ -55,8 +63,18 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     if built.map_style:
         gen = torch.Generator().manual_seed(cfg.seed + repeat)
         loader_kwargs["sampler"] = RandomSampler(built.dataset, generator=gen)
-    loader = DataLoader(built.dataset, **loader_kwargs)
-    device = torch.device("cuda" if cfg.decode_device.startswith("cuda") else "cpu")
+    staged = built.compiled is not None and (cfg.device_loader or cfg.decode_device != "cpu")
+    if staged:
+        from roboreel.reader.loader import DeviceLoader
+
+        loader: Any = DeviceLoader(built.compiled, prefetch_batches=cfg.prefetch, **loader_kwargs)
+    else:
+        loader = DataLoader(built.dataset, **loader_kwargs)
+    device = torch.device(cfg.decode_device)
+    gpu = device.type == "cuda"
+    if gpu:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
     stats_before = built.stats() if built.stats else None
 
     latencies: list[float] = []
@@ -69,7 +87,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
         t0 = time.perf_counter()
         it = iter(loader)
         for batch in it:
-            lat = batch.pop(LATENCY_KEY)
+            lat_s = loader.last_batch_seconds if staged else float(batch.pop(LATENCY_KEY).sum())
             n = to_device(batch, device)
             now = time.perf_counter()
             n_batches += 1
@@ -79,7 +97,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
                 t_steady = now  # the steady window starts when the first post-warm-up batch arrives
             elif t_steady is not None:
                 steady_samples += n
-                latencies.append(float(lat.sum()) / max(1, n))  # worker time per sample, amortised per batch
+                latencies.append(lat_s / max(1, n))  # worker (+ decode stage) time per sample, amortised per batch
                 distinct.append(len(set(batch["episode_index"].flatten().tolist())))
                 t_end = now
             if t_steady is not None and (
@@ -88,6 +106,8 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
             ):
                 break
         del it
+        if staged:
+            loader.close()
         gc.collect()
     if steady_samples == 0 or t_end is None or t_steady is None or t_end <= t_steady:
         raise BenchError(
@@ -99,6 +119,11 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     if built.stats:
         after = built.stats()
         stats = {k: after[k] - (stats_before or {}).get(k, 0) for k in after}
+    gpu_mem = {"gpu_max_allocated_mb": None, "gpu_max_reserved_mb": None}
+    if gpu:
+        torch.cuda.synchronize(device)
+        gpu_mem = {"gpu_max_allocated_mb": torch.cuda.max_memory_allocated(device) / 2**20,
+                   "gpu_max_reserved_mb": torch.cuda.max_memory_reserved(device) / 2**20}
     lat_ms = np.array(latencies) * 1e3
     ceiling = ceiling_frames_per_s / built.cameras if ceiling_frames_per_s and built.cameras else None
     return {
@@ -116,4 +141,8 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
         "decoder_reuses": stats.get("decoder_reuses") if stats else None,
         "reader_stats": stats,
         "cameras": built.cameras,
+        "decode_stage": "main-process" if staged else "dataloader-workers",
+        "fallback_clips": stats.get("fallback_clips") if stats else None,
+        "stage_wait_s": loader.stats()["wait_seconds"] if staged else None,
+        **gpu_mem,
     }

@@ -60,6 +60,13 @@ def served(compiled: str, source: str, latency_ms: float) -> Iterator[tuple[str,
         yield a.url, b.url
 
 
+def _gpu_note(res: dict[str, Any]) -> str:
+    if res.get("gpu_max_allocated_mb") is None:
+        return ""
+    return (f", GPU max allocated {res['gpu_max_allocated_mb']:.0f} MB / reserved {res['gpu_max_reserved_mb']:.0f} MB"
+            f", {res.get('fallback_clips') or 0} CPU-fallback clips")
+
+
 def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str], cfg: RunConfig, repeats: int,
               out: Path, remote_latency_ms: float | None = None, ceiling: bool = True,
               echo: Any = print) -> dict[str, Any]:
@@ -98,7 +105,7 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
                         echo(f"  {where:>12} {mode:>6} {reader:>9} #{r}: {res['samples_per_s']:8.1f} samples/s"
                              f"{frac}, first batch {res['first_batch_s']:.2f}s, "
                              f"{res['distinct_episodes_per_batch']:.1f} episodes/batch, "
-                             f"peak RSS {res['peak_rss_mb']:.0f} MB")
+                             f"peak RSS {res['peak_rss_mb']:.0f} MB{_gpu_note(res)}")
     rows = summarize(runs)
     table = markdown_table(rows)
     write_runs(out, runs)

@@ -4,6 +4,9 @@ Per consumer (a rank's DataLoader worker): plan the epoch (plan.py) -> stream th
 background thread (source.py) -> episode pool picks frames (pool.py) -> pending samples decoded on exit in small
 batches (decode.py) -> LeRobot-shaped sample dicts. Every step is a pure function of (seed, epoch, rank, worker)
 and the manifest, so ``state_dict`` is a handful of scalars and resuming replays positions without decoding.
+
+GPU decode (``decode_device="cuda"``) stops before the decode: ``iter_pending`` yields the compressed pending
+samples and ``roboreel.loader`` (loader.py) decodes whole batches on the GPU in the main process.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from roboreel.formats.manifest import Manifest, load_manifest
-from roboreel.reader.decode import ClipDecoders, materialize
+from roboreel.reader.decode import ClipDecoders, PendingSample, materialize
+from roboreel.reader.deferred import ship_once
 from roboreel.reader.plan import (
     Slice,
     World,
@@ -33,6 +37,7 @@ from roboreel.reader.plan import (
 from roboreel.reader.pool import FRAME_ORDERS, FrameOrder, LoadedEpisode, PoolSchedule, pending_samples
 from roboreel.reader.prefetch import Prefetcher
 from roboreel.reader.resume import loader_position
+from roboreel.reader.routing import DecodeFallback, resolve_decode_device
 from roboreel.reader.source import SliceReader, Store, retrying
 from roboreel.reader.stats import Flusher, SharedCounters
 from roboreel.reader.windows import delta_offsets
@@ -63,7 +68,10 @@ class CompiledDataset(IterableDataset):
         episode_pool_size: whole episodes each consumer keeps (compressed) and draws frames across. Default 16.
         seed: base of every random decision. Order is a pure function of (seed, epoch, rank, worker).
         shuffle: False reads in file order (episodes in order, frames in order).
-        decode_device: "cpu" (GPU decode is a separate feature; "cuda" raises NotImplementedError).
+        decode_device: "cpu", or "cuda" / "cuda:N": decode on that GPU, reading the dataset through
+            ``roboreel.loader(dataset, ...)`` (docs/gpu.md). Clips the GPU cannot decode fall back to the CPU.
+        decode_fallback: "error" (default): "cuda" without a CUDA device raises RuntimeError("no CUDA device:
+            ..."); "cpu": log one warning and decode on the CPU.
         image_transforms: callable applied to every camera tensor.
         return_uint8: camera tensors as uint8 instead of float32 in [0, 1].
         tolerance_s: max distance between a decoded frame's pts and the timestamp it must show.
@@ -88,6 +96,7 @@ class CompiledDataset(IterableDataset):
         seed: int = 0,
         shuffle: bool = True,
         decode_device: str = "cpu",
+        decode_fallback: DecodeFallback = "error",
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         return_uint8: bool = False,
         tolerance_s: float = 1e-4,
@@ -102,11 +111,7 @@ class CompiledDataset(IterableDataset):
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        if str(decode_device).startswith("cuda"):
-            raise NotImplementedError("decode_device='cuda' is not implemented yet (GPU decode is its own feature); "
-                                      "use decode_device='cpu'")
-        if decode_device != "cpu":
-            raise ValueError(f"decode_device must be 'cpu' (or 'cuda', not yet implemented), got {decode_device!r}")
+        decode_device = resolve_decode_device(decode_device, fallback=decode_fallback)
         if frame_order not in FRAME_ORDERS:
             raise ValueError(f"frame_order must be one of {FRAME_ORDERS}, got {frame_order!r}")
         for name, value, low in (("episode_pool_size", episode_pool_size, 1), ("decode_batch", decode_batch, 1),
@@ -195,6 +200,20 @@ class CompiledDataset(IterableDataset):
 
     # -- iteration --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self.decode_device != "cpu":
+            raise RuntimeError(
+                f"CompiledDataset(decode_device={self.decode_device!r}) decodes batches on the GPU in the main "
+                "process: read it with roboreel.loader(dataset, batch_size=..., num_workers=...) (docs/gpu.md). "
+                "Iterating it directly or through a torch DataLoader would decode in DataLoader workers, where "
+                "CUDA cannot be used")
+        return self._iterate(deferred=False)
+
+    def iter_pending(self) -> Iterator[PendingSample]:
+        """The same stream as ``iter()``, undecoded: compressed pending samples (a clip's bytes ride with its first
+        reference only, deferred.ship_once), for ``roboreel.loader``'s decode stage. Any decode_device."""
+        return self._iterate(deferred=True)
+
+    def _iterate(self, *, deferred: bool) -> Iterator[Any]:
         worker, num_workers = detect_worker()
         world = self._world(worker, num_workers)
         epoch = self._epoch + self._iters
@@ -215,10 +234,11 @@ class CompiledDataset(IterableDataset):
             raise ValueError(f"resume position {skip} is past this worker's {schedule.total} samples")
         schedule.skip(skip)
         self._position = position = _Position(epoch, world, skip)
-        return self._run(schedule, slices, position, 1 + proc_worker if get_worker_info() is not None else 0)
+        return self._run(schedule, slices, position, 1 + proc_worker if get_worker_info() is not None else 0,
+                         deferred=deferred)
 
-    def _run(self, schedule: PoolSchedule, slices: list[Slice], position: _Position, row: int
-             ) -> Iterator[dict[str, Any]]:
+    def _run(self, schedule: PoolSchedule, slices: list[Slice], position: _Position, row: int, *,
+             deferred: bool = False) -> Iterator[Any]:
         needed = {schedule.episodes[p] for p in schedule.needed_positions()}
         todo = [Slice(s.shard, eps) for s in slices if (eps := tuple(e for e in s.episodes if e in needed))]
         reader = SliceReader(self.store, self.manifest, verify=self.verify_checksums, retries=self.retries,
@@ -244,13 +264,16 @@ class CompiledDataset(IterableDataset):
                     "decode_calls": d.decode_calls, "frames_decoded": d.frames_decoded}
 
         pending = pending_samples(schedule, prefetch)
+        if deferred:
+            pending = ship_once(pending)
         try:
             while True:
                 chunk = list(islice(pending, self.decode_batch))
                 if not chunk:
                     break
-                samples = materialize(chunk, decoders, tolerance_s=self.tolerance_s, return_uint8=self.return_uint8,
-                                      image_transforms=self.image_transforms)
+                samples = chunk if deferred else materialize(
+                    chunk, decoders, tolerance_s=self.tolerance_s, return_uint8=self.return_uint8,
+                    image_transforms=self.image_transforms)
                 for sample in samples:
                     position.yielded += 1
                     yielded += 1

@@ -23,9 +23,10 @@ FIELDS = (
     "decoder_reuses",
     "decode_calls",
     "frames_decoded",
+    "fallback_clips",  # clips decoded on the CPU although a GPU was asked for (reader/routing.py says why)
 )
 _INT_FIELDS = {"samples", "bytes_read", "requests", "retries", "episodes_read", "decoder_opens", "decoder_reuses",
-               "decode_calls", "frames_decoded"}
+               "decode_calls", "frames_decoded", "fallback_clips"}
 ROWS = 257  # row 0: the main process; row 1 + w: DataLoader worker w (rows wrap beyond 256 workers)
 
 

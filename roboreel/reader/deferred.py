@@ -1,0 +1,185 @@
+"""Deferred decode: workers ship compressed pending samples, the main process decodes whole batches.
+
+Worker side (inside ``CompiledDataset.iter_pending`` and the DataLoader's ``collate_fn``):
+- ``ship_once``: a clip's bytes travel with the first pending sample that needs it; later references carry an
+  empty stub. A pooled clip (~1-3 MB per camera per 224x224 episode) is needed by many batches, so sending it
+  with every batch would move tens of MB per batch through the worker pipe; sending it once moves each clip's
+  bytes once per epoch, the same traffic as reading the shards.
+- ``collate_pending``: a batch of pending samples becomes a ``PendingBatch``: the tabular values collated
+  exactly as ``default_collate`` collates them in the CPU path, the clips it reads, per clip the frames it needs
+  (deduplicated, with the timestamps they must show), per camera the (clip, frame) of every sample.
+
+Main-process side (the decode stage of reader/loader.py, on a background thread):
+- ``ClipStore`` keeps the shipped bytes of live clips until a batch says they were released.
+- ``assemble`` decodes a batch (one sorted ``get_frames_at`` per clip and decoder lane, pts checked as in
+  ``decode.materialize``) and builds the collated batch on the device: the CPU path's keys, order, shapes and
+  dtypes. The arithmetic is the CPU path's too (``x / 255.0`` elementwise, transforms per sample), so on the CPU
+  the batches are bit-identical to ``DataLoader(CompiledDataset)``'s.
+
+The ship-once protocol needs the DataLoader's in-order delivery (its default): every batch of one worker arrives
+in the order it was made, and each clip belongs to one worker's pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import default_collate
+
+from roboreel.formats.errors import FrameTimestampError
+from roboreel.reader.decode import Clip, PendingSample
+
+ClipKey = tuple[str, int, str]
+
+
+def ship_once(pending: Iterator[PendingSample]) -> Iterator[PendingSample]:
+    """Strip clip bytes from every reference but a clip's first (and from ``release``): see the module doc."""
+    stubs: dict[ClipKey, Clip] = {}
+    for p in pending:
+        for req in p.video.values():
+            key = req.clip.key
+            stub = stubs.get(key)
+            if stub is None:
+                stubs[key] = Clip(*key, b"")  # this sample carries the bytes
+            else:
+                req.clip = stub
+        if p.release:
+            p.release = tuple(stubs.pop(c.key, None) or Clip(*c.key, b"") for c in p.release)
+        yield p
+
+
+@dataclass
+class CameraPlan:
+    """How one camera's tensor is built: ``refs`` = (clip, frame) per sample and window slot, sample-major."""
+
+    stacked: bool  # [B, T, C, H, W] (a window of several offsets) or [B, C, H, W]
+    window: int
+    refs: list[tuple[ClipKey, int]] = field(default_factory=list)
+
+
+@dataclass
+class PendingBatch:
+    """A collated batch before decoding (what a DataLoader worker sends to the main process)."""
+
+    size: int
+    values: dict[str, Any]  # every non-camera key, collated as default_collate does (tensors, ``task`` list)
+    cameras: dict[str, CameraPlan]
+    clips: dict[ClipKey, Clip]  # clips this batch reads; bytes only where this is their first shipment
+    wanted: dict[ClipKey, tuple[dict[int, float], dict[int, int]]]  # clip -> {frame: queried_s}, {frame: lane}
+    release: list[ClipKey]  # clips no later batch reads (their episode left the pool)
+    produce_seconds: float = 0.0  # worker time spent producing these samples
+
+    def pin_memory(self) -> PendingBatch:
+        """Pinned tabular tensors (DataLoader ``pin_memory=True`` calls this), for asynchronous copies."""
+        self.values = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in self.values.items()}
+        return self
+
+
+def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]) -> PendingBatch:
+    """``collate_fn`` for pending samples (optionally paired with the seconds it took to produce them)."""
+    samples = [it[0] if isinstance(it, tuple) else it for it in items]
+    seconds = sum(it[1] for it in items if isinstance(it, tuple))
+    if not samples:
+        raise ValueError("collate_pending needs at least one pending sample")
+    cameras: dict[str, CameraPlan] = {}
+    clips: dict[ClipKey, Clip] = {}
+    wanted: dict[ClipKey, tuple[dict[int, float], dict[int, int]]] = {}
+    release: list[ClipKey] = []
+    for p in samples:
+        for cam, req in p.video.items():
+            key = req.clip.key
+            if req.clip.data or key not in clips:
+                clips[key] = req.clip
+            plan = cameras.get(cam)
+            if plan is None:
+                plan = cameras[cam] = CameraPlan(req.stacked, len(req.frames))
+            elif plan.stacked != req.stacked or plan.window != len(req.frames):
+                raise ValueError(f"camera {cam!r}: samples disagree on the window ({plan.window} vs "
+                                 f"{len(req.frames)} frames); cannot collate")
+            queried, lanes = wanted.setdefault(key, ({}, {}))
+            lane_of = req.lanes.tolist() if req.lanes is not None else [0] * len(req.frames)
+            for f, q, lane in zip(req.frames.tolist(), req.queried_s.tolist(), lane_of, strict=True):
+                queried[f] = q
+                lanes[f] = min(lane, lanes.get(f, lane))
+                plan.refs.append((key, f))
+        release += [c.key for c in p.release]
+    values = default_collate([p.values for p in samples])
+    return PendingBatch(len(samples), values, cameras, clips, wanted, release, seconds)
+
+
+class ClipStore:
+    """Main-process side of ship-once: the bytes of every clip some worker still pools."""
+
+    def __init__(self) -> None:
+        self._clips: dict[ClipKey, Clip] = {}
+
+    def admit(self, clips: dict[ClipKey, Clip]) -> None:
+        for key, clip in clips.items():
+            if clip.data:
+                self._clips[key] = clip
+            elif key not in self._clips:
+                raise RuntimeError(f"clip {clip.name} arrived without its bytes and was never shipped before: "
+                                   "the decode stage needs the DataLoader's in-order delivery (in_order=True)")
+
+    def get(self, key: ClipKey) -> Clip:
+        return self._clips[key]
+
+    def release(self, key: ClipKey) -> Clip | None:
+        return self._clips.pop(key, None)
+
+    def clear(self) -> None:
+        self._clips.clear()
+
+    def __len__(self) -> int:
+        return len(self._clips)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(c.data) for c in self._clips.values())
+
+
+def assemble(
+    batch: PendingBatch,
+    decoders: Any,
+    store: ClipStore,
+    *,
+    device: torch.device | str,
+    tolerance_s: float,
+    return_uint8: bool = False,
+    image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> dict[str, Any]:
+    """Decode ``batch`` with ``decoders`` (ClipDecoders or DeviceDecoders) into the collated batch on ``device``."""
+    device = torch.device(device)
+    store.admit(batch.clips)
+    decoded: dict[ClipKey, dict[int, torch.Tensor]] = {}
+    for key, (queried, lanes) in batch.wanted.items():
+        clip = store.get(key)
+        got = decoders.frames(clip, lanes)
+        for f, (_, pts) in got.items():
+            if not abs(pts - queried[f]) < tolerance_s:
+                raise FrameTimestampError(video=clip.name, episode=clip.episode, queried_s=queried[f], loaded_s=pts,
+                                          tolerance_s=tolerance_s)
+        frames = {f: t for f, (t, _) in got.items()}
+        if frames and next(iter(frames.values())).device != device:  # decoded on the CPU (fallback): one copy
+            moved = torch.stack(list(frames.values())).to(device, non_blocking=True)
+            frames = dict(zip(frames, moved.unbind(0), strict=True))
+        decoded[key] = frames
+    out: dict[str, Any] = {}
+    for cam, plan in batch.cameras.items():
+        x = torch.stack([decoded[key][f] for key, f in plan.refs])  # a fresh uint8 tensor [B * T, C, H, W]
+        if plan.stacked:
+            x = x.view(batch.size, plan.window, *x.shape[1:])
+        if not return_uint8:
+            x = x / 255.0  # as decode.to_output: true division of uint8 by a Python float -> float32
+        if image_transforms is not None:
+            x = torch.stack([image_transforms(s) for s in x])
+        out[cam] = x
+    for key, v in batch.values.items():
+        out[key] = v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+    for key in batch.release:
+        clip = store.release(key)
+        decoders.release(clip if clip is not None else Clip(*key, b""))
+    return out

@@ -1,0 +1,106 @@
+"""Decoders on a device, with per-clip CPU fallback: the decode half of the main-process decode stage.
+
+``DeviceDecoders`` looks like ``ClipDecoders`` to its callers (``frames``, ``release``, ``close``, ``stats``) but
+holds two of them: one on the asked device (e.g. "cuda:0", torchcodec's NVDEC backend) and one on the CPU. Each
+clip goes where ``Router`` says (NVDEC table, torchcodec build); a GPU decode that raises moves that clip to the
+CPU and the batch goes on. Frames come back on the device that decoded them; the caller moves CPU frames to the
+target device (one copy per clip per batch, see deferred.assemble).
+
+NVDEC sessions: a GPU decoder is one torchcodec ``VideoDecoder(device="cuda:N")``, i.e. one NVDEC decoder with
+its surfaces in GPU memory, alive while its clip is pooled by some worker (or until ``max_gpu_decoders`` forces
+the least recently used one out; reopening it later costs a seek to the previous keyframe). A closed decoder's
+NVDEC session returns to torchcodec's per-GPU cache (20 by default, ``torchcodec.decoders.
+set_nvdec_cache_capacity``) and is reused by the next clip with the same codec and size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from roboreel.formats.errors import CompiledFormatError
+from roboreel.reader.decode import Clip, ClipDecoders, DecodeStats, SeekMode
+from roboreel.reader.routing import Router
+
+DEFAULT_MAX_GPU_DECODERS = 256
+
+
+@dataclass
+class _ObservedDecoders(ClipDecoders):
+    """ClipDecoders that report every decoder they open (to read torchcodec's ``cpu_fallback`` verdict)."""
+
+    on_open: Callable[[Clip, Any], None] | None = None
+
+    def decoder(self, clip: Clip, lane: int = 0) -> Any:
+        opens = self.stats.decoder_opens
+        dec = super().decoder(clip, lane)
+        if self.stats.decoder_opens != opens and self.on_open is not None:
+            self.on_open(clip, dec)
+        return dec
+
+
+class DeviceDecoders:
+    """Per-clip decoders on ``router.device`` or the CPU (see the module docstring)."""
+
+    def __init__(
+        self,
+        router: Router,
+        *,
+        keep: Mapping[str, int] | None = None,
+        seek_mode: SeekMode = "approximate",
+        max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS,
+    ) -> None:
+        if not isinstance(max_gpu_decoders, int) or max_gpu_decoders < 1:
+            raise ValueError(f"max_gpu_decoders must be an integer >= 1, got {max_gpu_decoders!r}")
+        self.router = router
+        self.device = router.device
+        self.cpu = ClipDecoders(device="cpu", seek_mode=seek_mode, keep=dict(keep or {}))
+        self.gpu: _ObservedDecoders | None = None
+        if self.device != "cpu":
+            self.gpu = _ObservedDecoders(device=self.device, seek_mode=seek_mode, keep=dict(keep or {}),
+                                         max_open=max_gpu_decoders, on_open=self._opened)
+
+    def frames(self, clip: Clip, wanted: dict[int, int]) -> dict[int, tuple[torch.Tensor, float]]:
+        """Frames of ``clip`` (frame -> decoder lane): frame -> (uint8 [C, H, W] on the decoding device, pts)."""
+        if self.router.device_for(clip.key, clip.camera) != "cpu" and self.gpu is not None:
+            try:
+                return self.gpu.frames(clip, wanted)
+            except CompiledFormatError as e:
+                cause = e.__cause__ or e
+                if isinstance(cause, torch.OutOfMemoryError):
+                    raise cause from None  # memory is the caller's to manage, not a reason to decode on the CPU
+                self.gpu.release(clip)
+                self.router.failed(clip.key, clip.camera, cause)
+        return self.cpu.frames(clip, wanted)
+
+    def _opened(self, clip: Clip, dec: Any) -> None:
+        status = getattr(dec, "cpu_fallback", None)  # torchcodec >= 0.13; NVDEC backend knows at open
+        if status is not None and getattr(status, "status_known", False) and bool(status):
+            self.router.cpu_fallback_seen(clip.key, clip.camera, str(status))
+
+    def release(self, clip: Clip) -> None:
+        self.cpu.release(clip)
+        if self.gpu is not None:
+            self.gpu.release(clip)
+        self.router.release(clip.key)
+
+    def close(self) -> None:
+        self.cpu.close()
+        if self.gpu is not None:
+            self.gpu.close()
+
+    @property
+    def stats(self) -> DecodeStats:
+        """Both decoders' counters summed."""
+        a, b = self.cpu.stats, self.gpu.stats if self.gpu is not None else DecodeStats()
+        return DecodeStats(decode_seconds=a.decode_seconds + b.decode_seconds,
+                           decoder_opens=a.decoder_opens + b.decoder_opens,
+                           decoder_reuses=a.decoder_reuses + b.decoder_reuses,
+                           decode_calls=a.decode_calls + b.decode_calls,
+                           frames_decoded=a.frames_decoded + b.frames_decoded)
+
+    def __len__(self) -> int:
+        return len(self.cpu) + (len(self.gpu) if self.gpu is not None else 0)
