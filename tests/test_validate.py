@@ -294,7 +294,8 @@ def test_manifest_checksums(hand_compiled, tmp_path):
     assert {(f.code, f.file, f.episode) for f in report.findings} == {
         ("shard-checksum-mismatch", doc["shards"][2]["path"], None),
         ("member-checksum-mismatch", doc["shards"][0]["path"], 0),
-        ("rows-digest", doc["shards"][0]["path"], 1)}
+        ("rows-digest", doc["shards"][0]["path"], 1),
+        ("rows-digest", LeRobotSource(str(root)).episode(1).data_path, 1)}  # data/ is hashed against it too
     assert validate(str(root), fast=True).findings == []  # --fast does not hash
 
 

@@ -34,7 +34,7 @@ from roboreel.compile.plan import (
     plan_shards,
 )
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.shardjob import ShardJob, run_shard, shard_done, sweep_temps
+from roboreel.compile.shardjob import ShardJob, forget_sources, run_shard, shard_done, sweep_temps
 from roboreel.formats.errors import RoboreelError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 
@@ -154,6 +154,7 @@ def compile_dataset(
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     out = _local_out(out)
+    forget_sources()  # inline jobs must read this source as it is now, not as an earlier compile saw it
     source = LeRobotSource(str(src), storage_options=storage_options)
     episodes = check_source(source)
     check_encodable(source, settings)

@@ -77,8 +77,8 @@ def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
         try:
             with source.open(rel) as f:
                 names = pq.read_schema(f).names
-        except SourceError:
-            raise
+        except SourceError as err:  # source.open: the file does not exist
+            raise SourceError("missing file", file=rel, episode=ep) from err
         except (OSError, ValueError) as err:
             raise SourceError(f"unreadable parquet: {err}", file=rel, episode=ep) from err
         missing = [c for c in need if c not in names]

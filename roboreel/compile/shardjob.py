@@ -64,6 +64,13 @@ def _source(src: str, storage_options: dict[str, Any] | None) -> LeRobotSource:
     return s
 
 
+def forget_sources() -> None:
+    """Drop the cached sources. A compile calls it first: jobs run inline (workers=1) live in the caller's
+    process, where a source opened by an earlier compile may have changed since (fixed, regenerated) and its
+    cached metadata and rows would otherwise be compiled instead of the new bytes."""
+    _SOURCES.clear()
+
+
 def shard_files(shard: int, chunks_size: int) -> tuple[str, str, str]:
     """(tar, data parquet, sidecar) of a shard, relative to OUT."""
     return shard_path(shard), data_path(shard, chunks_size), sidecar_path(shard)

@@ -27,15 +27,25 @@ class CompiledFormatError(SourceError):
 
 
 class FrameTimestampError(RoboreelError):
-    """A decoded frame's timestamp is further than tolerance_s from the one asked for."""
+    """A decoded frame's timestamp is further than tolerance_s from the one asked for.
+
+    Built with keywords; a lone message (what pickling and torch's DataLoader do to carry an error out of a
+    worker process) is accepted too, so the type survives process boundaries.
+    """
 
     def __init__(
-        self, *, video: str, episode: int, queried_s: float, loaded_s: float, tolerance_s: float
+        self, message: str | None = None, *, video: str | None = None, episode: int | None = None,
+        queried_s: float | None = None, loaded_s: float | None = None, tolerance_s: float | None = None,
     ) -> None:
-        super().__init__(
-            f"frame at {loaded_s:.6f}s is {abs(loaded_s - queried_s):.6f}s from the queried {queried_s:.6f}s "
-            f"(tolerance {tolerance_s}s) in {video}, episode {episode}"
-        )
+        if message is None:
+            if video is None or episode is None or queried_s is None or loaded_s is None or tolerance_s is None:
+                raise TypeError("FrameTimestampError needs a message, or video, episode, queried_s, loaded_s and "
+                                "tolerance_s")
+            message = (
+                f"frame at {loaded_s:.6f}s is {abs(loaded_s - queried_s):.6f}s from the queried {queried_s:.6f}s "
+                f"(tolerance {tolerance_s}s) in {video}, episode {episode}"
+            )
+        super().__init__(message)
         self.video, self.episode = video, episode
         self.queried_s, self.loaded_s, self.tolerance_s = queried_s, loaded_s, tolerance_s
 

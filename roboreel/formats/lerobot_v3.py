@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO, Any
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -29,6 +31,7 @@ DEFAULT_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_inde
 EPISODES_PATH = EPISODES_DIR + "/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 DEFAULT_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 _EPISODE_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_index")
+TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's default tolerance between a row's timestamp and its frame's pts
 
 
 @dataclass(frozen=True)
@@ -118,15 +121,17 @@ def _read_json(fs: fsspec.AbstractFileSystem, path: str, rel: str) -> Any:
         raise SourceError(f"not valid JSON: {e}", file=rel) from e
 
 
-def read_parquet(fs: fsspec.AbstractFileSystem, path: str, rel: str, columns: list[str] | None = None) -> pa.Table:
-    """Read a parquet file through fsspec, turning I/O and format faults into SourceError naming the file."""
+def read_parquet(fs: fsspec.AbstractFileSystem, path: str, rel: str, columns: list[str] | None = None, *,
+                 episode: int | None = None) -> pa.Table:
+    """Read a parquet file through fsspec, turning I/O and format faults into SourceError naming the file (and
+    ``episode``, the one the caller was reading it for)."""
     try:
         with fs.open(path, "rb") as f:
             return pq.read_table(f, columns=columns)
     except FileNotFoundError as e:
-        raise SourceError("missing file", file=rel) from e
+        raise SourceError("missing file", file=rel, episode=episode) from e
     except (pa.ArrowInvalid, OSError) as e:
-        raise SourceError(f"unreadable parquet: {e}", file=rel) from e
+        raise SourceError(f"unreadable parquet: {e}", file=rel, episode=episode) from e
 
 
 class LeRobotSource:
@@ -138,9 +143,24 @@ class LeRobotSource:
 
     def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None) -> None:
         self.url = str(url)
-        self.fs, self.root = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
-        self.root = self.root.rstrip("/")
+        self.storage_options = dict(storage_options or {})
+        self._fs_pid = -1
+        self._fs: fsspec.AbstractFileSystem | None = None
+        self.root = fsspec.core.url_to_fs(self.url, **self.storage_options)[1].rstrip("/")
         self._table_cache: tuple[str, pa.Table] | None = None
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """This process's filesystem: rebuilt after a fork, since async ones (http) are not fork-safe."""
+        if self._fs is None or self._fs_pid != os.getpid():
+            self._fs = fsspec.core.url_to_fs(self.url, **self.storage_options)[0]
+            self._fs_pid = os.getpid()
+        return self._fs
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_fs"], state["_fs_pid"] = None, -1  # pickled to DataLoader workers: each builds its own
+        return state
 
     # -- paths and files --------------------------------------------------------------------------------
     def path(self, rel: str) -> str:
@@ -282,17 +302,17 @@ class LeRobotSource:
         raise KeyError(f"episode {index} not in {self.url}")
 
     # -- tables -----------------------------------------------------------------------------------------
-    def data_table(self, rel: str) -> pa.Table:
-        """A whole data parquet file (cached: the last file read)."""
+    def data_table(self, rel: str, *, episode: int | None = None) -> pa.Table:
+        """A whole data parquet file (cached: the last file read); ``episode`` is named in errors."""
         if self._table_cache is not None and self._table_cache[0] == rel:
             return self._table_cache[1]
-        table = read_parquet(self.fs, self.path(rel), rel)
+        table = read_parquet(self.fs, self.path(rel), rel, episode=episode)
         self._table_cache = (rel, table)
         return table
 
     def episode_rows(self, ep: EpisodeMeta) -> pa.Table:
         """The episode's rows in frame order, all columns, checked against its metadata."""
-        table = self.data_table(ep.data_path)
+        table = self.data_table(ep.data_path, episode=ep.index)
         missing = [k for k in self.info.tabular_keys if k not in table.column_names]
         if missing:
             raise SourceError(f"data parquet lacks feature columns {missing}", file=ep.data_path, episode=ep.index)
@@ -313,6 +333,20 @@ class LeRobotSource:
                 file=ep.data_path,
                 episode=ep.index,
             )
+        if self.info.camera_keys and "timestamp" in rows.column_names:
+            # Video frames are looked up at from_timestamp + timestamp (LeRobot, the readers), so a timestamp that
+            # is not frame_index / fps would fetch another frame or fail the 1e-4 s check mid-training.
+            ts = rows.column("timestamp").to_numpy().astype(np.float64)
+            want = (frame / self.info.fps).astype(np.float32).astype(np.float64)  # what LeRobot's writer stores
+            off = np.abs(ts - want)
+            k = int(np.argmax(off))
+            if off[k] > TIMESTAMP_TOLERANCE_S:
+                raise SourceError(
+                    f"frame_index {k} has timestamp {ts[k]:.6f}s, not frame_index / fps = {want[k]:.6f}s "
+                    f"(tolerance {TIMESTAMP_TOLERANCE_S}s): its video frame cannot be found",
+                    file=ep.data_path,
+                    episode=ep.index,
+                )
         return rows
 
     # -- identity ---------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import fsspec
@@ -119,40 +119,115 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: Any, *, file: str = MANIFEST_NAME) -> Manifest:
+        """Build a manifest from parsed JSON, checking every field's type (CompiledFormatError otherwise), so
+        code reading a manifest never meets a string where it counts frames."""
         if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
             raise CompiledFormatError(f"not a roboreel manifest (format={d.get('format')!r})"
                                       if isinstance(d, dict) else "not a roboreel manifest", file=file)
         version = d.get("format_version")
-        if version != FORMAT_VERSION:
+        if version != FORMAT_VERSION or isinstance(version, bool):
             raise CompiledFormatError(
                 f"manifest format_version {version!r} is not supported by this roboreel (reads version "
                 f"{FORMAT_VERSION}); upgrade roboreel or recompile",
                 file=file,
             )
         try:
-            return cls(
-                fps=int(d["fps"]),
-                features=dict(d["features"]),
-                cameras=[CameraSpec(**c) for c in d["cameras"]],
-                tasks={int(t["task_index"]): str(t["task"]) for t in d["tasks"]},
-                shards=[ShardEntry(**s) for s in d["shards"]],
+            tasks = d["tasks"]
+            if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
+                raise TypeError(f"tasks must be a list of {{task_index, task}} objects, got {tasks!r:.200}")
+            for t in tasks:
+                _check_value(t["task_index"], "int", "tasks[].task_index")
+                _check_value(t["task"], "str", "tasks[].task")
+            m = cls(
+                fps=d["fps"],
+                features=d["features"],
+                cameras=[CameraSpec(**_obj(c, "cameras[]")) for c in _list(d["cameras"], "cameras")],
+                tasks={t["task_index"]: t["task"] for t in tasks},
+                shards=[ShardEntry(**_obj(s, "shards[]")) for s in _list(d["shards"], "shards")],
                 episodes=[
-                    EpisodeEntry(**{**e, "members": [MemberInfo(**m) for m in e["members"]]}) for e in d["episodes"]
+                    EpisodeEntry(**{**_obj(e, "episodes[]"), "members": [
+                        MemberInfo(**_obj(x, "episodes[].members[]")) for x in _list(e["members"], "members")]})
+                    for e in _list(d["episodes"], "episodes")
                 ],
-                source=dict(d.get("source", {})),
-                settings=dict(d.get("settings", {})),
-                created_by=str(d.get("created_by", "")),
+                source=d.get("source", {}),
+                settings=d.get("settings", {}),
+                created_by=d.get("created_by", ""),
             )
+            _check_fields(m, "manifest")
         except (KeyError, TypeError, ValueError) as e:
             raise CompiledFormatError(f"malformed manifest: {e!r}", file=file) from e
+        if m.fps <= 0:
+            raise CompiledFormatError(f"malformed manifest: fps must be positive, got {m.fps}", file=file)
+        return m
 
     @classmethod
     def from_json(cls, text: str | bytes, *, file: str = MANIFEST_NAME) -> Manifest:
         try:
             d = json.loads(text)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: absurdly deep nesting
             raise CompiledFormatError(f"manifest is not valid JSON: {e}", file=file) from e
         return cls.from_dict(d, file=file)
+
+
+# -- type checks for from_dict --------------------------------------------------------------------------------
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} must be a list, got {value!r:.200}")
+    return value
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} must be an object, got {value!r:.200}")
+    return value
+
+
+def _split_args(inner: str) -> list[str]:
+    """``"str, dict[str, Any]"`` -> ``["str", "dict[str, Any]"]`` (commas at bracket depth 0)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(inner):
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            parts.append(inner[start:i].strip())
+            start = i + 1
+    return [*parts, inner[start:].strip()]
+
+
+def _check_value(value: Any, annotation: str, what: str) -> None:
+    """Raise TypeError unless ``value`` fits ``annotation`` (the string form of a field's type hint)."""
+    if annotation == "Any":
+        return
+    if annotation.endswith(" | None"):
+        if value is not None:
+            _check_value(value, annotation[: -len(" | None")], what)
+        return
+    if annotation in ("int", "str"):
+        ok = isinstance(value, str) if annotation == "str" else isinstance(value, int) and not isinstance(value, bool)
+    elif annotation.startswith("list["):
+        ok = isinstance(value, list)
+        if ok:
+            for v in value:
+                _check_value(v, annotation[5:-1], what + "[]")
+    elif annotation.startswith("dict["):
+        ok = isinstance(value, dict)
+        if ok:
+            key, val = _split_args(annotation[5:-1])
+            for k, v in value.items():
+                _check_value(k, key, what + " key")
+                _check_value(v, val, f"{what}[{k!r:.40}]")
+    else:  # a dataclass: checked field by field
+        _check_fields(value, what)
+        return
+    if not ok:
+        raise TypeError(f"{what} must be {annotation}, got {value!r:.200}")
+
+
+def _check_fields(obj: Any, what: str) -> None:
+    for f in fields(obj):
+        if f.name.startswith("_"):
+            continue
+        _check_value(getattr(obj, f.name), str(f.type), f"{what}.{f.name}")
 
 
 def load_manifest(url: str, *, storage_options: dict[str, Any] | None = None) -> Manifest:

@@ -126,21 +126,33 @@ class EpisodeRecord:
 
     @classmethod
     def from_sample(cls, sample: dict[str, Any], *, shard: str = "?") -> EpisodeRecord:
-        """Rebuild a record from a webdataset sample dict (extension -> bytes)."""
-        key = sample.get("__key__")
-        try:
-            episode = int(str(key).rsplit("/", 1)[-1])
-        except ValueError as e:
-            raise CompiledFormatError(f"record key {key!r} is not an episode index", file=shard) from e
+        """Rebuild a record from a webdataset sample dict (extension -> bytes).
+
+        Anything malformed (key, json, parquet, missing clip) raises CompiledFormatError naming the shard and,
+        once the key is read, the episode: readers may then trust ``meta["length"]`` and ``meta["cameras"]``.
+        """
+        key = str(sample.get("__key__")).rsplit("/", 1)[-1]
+        if not (key.isascii() and key.isdigit()):  # int() would also take "-3", " 7", "1_0" or other scripts' digits
+            raise CompiledFormatError(f"record key {sample.get('__key__')!r} is not an episode index", file=shard)
+        episode = int(key)
         if "json" not in sample or "parquet" not in sample:
             raise CompiledFormatError("record lacks its .json or .parquet member", file=shard, episode=episode)
         try:
             meta = json.loads(sample["json"])
             rows = parquet_bytes_to_table(sample["parquet"])
-        except (ValueError, pa.ArrowInvalid, OSError) as e:
+        except (ValueError, RecursionError, pa.ArrowException, OSError) as e:
             raise CompiledFormatError(f"unreadable record member: {e}", file=shard, episode=episode) from e
+        if not isinstance(meta, dict):
+            raise CompiledFormatError(f"record json is not an object: {meta!r:.100}", file=shard, episode=episode)
+        length, cams = meta.get("length"), meta.get("cameras", {})
+        if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+            raise CompiledFormatError(f"record json length {length!r} is not a frame count", file=shard,
+                                      episode=episode)
+        if not isinstance(cams, dict) or not all(isinstance(c, str) for c in cams):
+            raise CompiledFormatError(f"record json cameras {cams!r:.100} is not an object keyed by camera",
+                                      file=shard, episode=episode)
         clips = {}
-        for cam in meta.get("cameras", {}):
+        for cam in cams:
             ext = f"{cam}{CLIP_SUFFIX}"
             if ext not in sample:
                 raise CompiledFormatError(f"record lacks the clip of camera {cam!r}", file=shard, episode=episode)

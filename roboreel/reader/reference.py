@@ -120,7 +120,10 @@ class ReferenceDataset(Dataset):
 
     def _decode(self, rel: str, episode: int, queries: dict[float, None]) -> dict[float, torch.Tensor]:
         """Decode the frames shown at timestamps ``queries`` (seconds in the mp4), one sorted call."""
-        dec = self._decoder(rel)
+        try:
+            dec = self._decoder(rel)
+        except (RuntimeError, ValueError, OSError) as e:  # torchcodec: missing, truncated or not a video
+            raise SourceError(f"cannot open video: {e}", file=rel, episode=episode) from e
         fps = dec.metadata.average_fps
         ts = list(queries)
         index_of = {t: round(t * fps) for t in ts}

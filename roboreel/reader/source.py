@@ -190,9 +190,11 @@ class RetryingReader(io.RawIOBase):
         retries: int,
         backoff_s: float,
         stats: FetchStats,
+        episode: Callable[[], int | None] | None = None,
     ) -> None:
         super().__init__()
         self.store, self.rel, self.size, self.end = store, rel, size, end
+        self.episode = episode  # the episode a failure loses (named in ShardReadError)
         self.pos = start
         self.retries, self.backoff_s, self.stats = retries, backoff_s, stats
         self._f: IO[bytes] | None = None
@@ -220,7 +222,8 @@ class RetryingReader(io.RawIOBase):
                 failures += 1
                 if not is_transient(e) or failures > self.retries:
                     what = "failed" if not is_transient(e) else f"kept failing ({failures} attempts)"
-                    raise ShardReadError(f"reading at byte {self.pos} {what}: {describe(e)}", file=self.rel) from e
+                    raise ShardReadError(f"reading at byte {self.pos} {what}: {describe(e)}", file=self.rel,
+                                         episode=self.episode() if self.episode is not None else None) from e
                 self.stats.retries += 1
                 delay = min(self.backoff_s * 2 ** (failures - 1), 10.0)
                 logger.info("retrying %s at byte %d in %.2fs after %s", self.rel, self.pos, delay, describe(e))
@@ -297,7 +300,8 @@ class SliceReader:
         pending: dict[int, dict[str, bytes]] = {}
         expected = {e: {m.name: m for m in self.manifest.episode(e).members} for e in s.episodes}
         raw = RetryingReader(self.store, rel, start=offset, end=end, size=size, retries=self.retries,
-                             backoff_s=self.backoff_s, stats=self.stats)
+                             backoff_s=self.backoff_s, stats=self.stats,
+                             episode=lambda: next((e for e in s.episodes if e in wanted), None))
         stream = io.BufferedReader(raw, _STREAM_BUFFER)
         try:
             tar = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115 - closed with the stream

@@ -9,9 +9,12 @@ cannot disagree on a window.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
+
+_MAX_OFFSET = 2.0**53  # frames: beyond this a float offset is no longer exact (and int64 frame numbers overflow)
 
 
 def delta_offsets(
@@ -35,7 +38,14 @@ def delta_offsets(
     for key, deltas in delta_timestamps.items():
         if key not in allowed:
             raise ValueError(f"delta_timestamps key {key!r} is not a feature of the dataset; features: {sorted(allowed)}")
-        values = [float(dt) for dt in deltas]
+        try:
+            values = [float(dt) for dt in deltas]
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"delta_timestamps[{key!r}] must be a list of offsets in seconds, got {deltas!r}") from e
+        bad = [dt for dt in values if not math.isfinite(dt) or abs(dt * fps) >= _MAX_OFFSET]
+        if bad:
+            raise ValueError(f"delta_timestamps[{key!r}] has {bad}: offsets must be finite seconds within "
+                             f"+-{_MAX_OFFSET:.0e} frames")
         if not values:
             raise ValueError(f"delta_timestamps[{key!r}] is empty; give at least one offset in seconds")
         off = [dt for dt in values if abs(dt * fps - round(dt * fps)) / fps > tolerance_s]

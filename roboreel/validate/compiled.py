@@ -16,16 +16,18 @@ import logging
 import tarfile
 from typing import IO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from roboreel.formats import manifest as mf
 from roboreel.formats import shard as sh
-from roboreel.formats.errors import CompiledFormatError
-from roboreel.formats.lerobot_v3 import EPISODES_DIR, INFO_PATH
+from roboreel.formats.errors import CompiledFormatError, SourceError
+from roboreel.formats.lerobot_v3 import EPISODES_DIR, INFO_PATH, read_parquet
 from roboreel.validate._io import Root, progress_bar
 from roboreel.validate.media import CountMode, VideoProbeError, probe_video
 from roboreel.validate.report import Report
+from roboreel.validate.rowgroups import TIMESTAMP_TOLERANCE_S, expected_timestamps
 from roboreel.validate.source import check_source
 
 logger = logging.getLogger(__name__)
@@ -99,7 +101,10 @@ def check_manifest(m: mf.Manifest, report: Report, *, world_size: int, num_worke
         for ep in s.episodes:
             if ep in listed:
                 report.error("manifest-inconsistent", "episode in two shards' lists", file=rel, episode=ep)
-            elif seen.get(ep, pos) != pos:
+            elif ep not in seen:
+                report.error("manifest-inconsistent", f"shard {pos} ({s.path}) lists the episode, which has no "
+                             "entry in the manifest's episodes", file=rel, episode=ep)
+            elif seen[ep] != pos:
                 report.error("manifest-inconsistent", f"shard {pos} ({s.path}) lists the episode, whose entry says "
                              f"shard {seen[ep]}", file=rel, episode=ep)
             listed.add(ep)
@@ -112,7 +117,7 @@ def check_manifest(m: mf.Manifest, report: Report, *, world_size: int, num_worke
                        f"{slots} readers: {short}", file=rel)
 
 
-def _check_rows(data: bytes, e: mf.EpisodeEntry, shard: str, report: Report, *, fast: bool) -> None:
+def _check_rows(data: bytes, e: mf.EpisodeEntry, shard: str, report: Report, *, fast: bool, fps: int) -> None:
     try:
         pf = pq.ParquetFile(pa.BufferReader(data))
         table = pf.read()
@@ -134,6 +139,14 @@ def _check_rows(data: bytes, e: mf.EpisodeEntry, shard: str, report: Report, *, 
         problems.append("rows of other episodes")
     if problems:
         report.error("rows-mismatch", "; ".join(problems), file=shard, episode=e.index)
+    if "timestamp" in cols and "frame_index" in cols and table.num_rows and fps > 0:
+        # The reader checks each clip frame's pts (k / fps) against the row's timestamp.
+        err = np.abs(table.column("timestamp").to_numpy().astype(np.float64)
+                     - expected_timestamps(table.column("frame_index").to_numpy(), fps))
+        k = int(np.argmax(err))
+        if err[k] > TIMESTAMP_TOLERANCE_S:
+            report.error("timestamp-mismatch", f"row {k} has a timestamp {err[k]:.6f}s from frame_index / fps "
+                         f"(tolerance {TIMESTAMP_TOLERANCE_S}s)", file=shard, episode=e.index)
     if not fast and e.rows_sha256 and sh.rows_digest(table) != e.rows_sha256:
         report.error("rows-digest", "rows hash differs from the manifest's rows_sha256", file=shard, episode=e.index)
 
@@ -173,7 +186,7 @@ def _check_record(m: mf.Manifest, e: mf.EpisodeEntry, members: dict[str, bytes],
                 report.error("record-meta-mismatch", f"{jname} says camera {cam!r} has {spec['frames']} frames, "
                              f"length is {e.length}", file=shard, episode=e.index)
     if rname in members:
-        _check_rows(members[rname], e, shard, report, fast=fast)
+        _check_rows(members[rname], e, shard, report, fast=fast, fps=m.fps)
     for cam in m.cameras:
         name = sh.clip_member(e.index, cam.key)
         if name not in members:
@@ -223,6 +236,8 @@ def check_shard(root: Root, m: mf.Manifest, pos: int, report: Report, *, fast: b
             where = f"the manifest puts it in shard {m.episode(ep).shard}" if _has(m, ep) else "not in the manifest"
             report.error("record-unexpected", f"record of episode {ep}: {where}", file=s.path, episode=ep)
             return
+        if not _has(m, ep):
+            return  # listed by the shard, without an entry: check_manifest reported it
         _check_record(m, m.episode(ep), members, s.path, report, fast=fast, count=count)
 
     with root.open(s.path) as f:
@@ -269,8 +284,9 @@ def _has(m: mf.Manifest, ep: int) -> bool:
     return True
 
 
-def check_meta(root: Root, m: mf.Manifest, report: Report, *, progress: bool) -> None:
-    """The LeRobot v3 view (meta/ + data/) passes the source checks and agrees with the manifest."""
+def check_meta(root: Root, m: mf.Manifest, report: Report, *, progress: bool, fast: bool = False) -> None:
+    """The LeRobot v3 view (meta/ + data/) passes the source checks and agrees with the manifest, down to the
+    values of every episode's rows (hashed like the shard records, unless ``fast``)."""
     if not root.exists(INFO_PATH):
         report.warning("meta-missing", "no meta/info.json: data/ is not readable as a LeRobot dataset", file=INFO_PATH)
         return
@@ -291,6 +307,30 @@ def check_meta(root: Root, m: mf.Manifest, report: Report, *, progress: bool) ->
     if extra:
         report.error("meta-manifest-mismatch", "in meta/episodes but not in roboreel.json", file=EPISODES_DIR,
                      episodes=extra)
+    if not fast:
+        _check_data_digests(root, m, ours, report)
+
+
+def _check_data_digests(root: Root, m: mf.Manifest, ours: dict, report: Report) -> None:
+    """Each episode's rows in data/ hash to the manifest's rows_sha256 (the source rows' hash at compile time),
+    so the LeRobot view holds the source values too, not only the shard records. One data file in memory at a
+    time (a compiled data file holds one shard's episodes)."""
+    by_file: dict[str, list[mf.EpisodeEntry]] = {}
+    for e in m.episodes:
+        if e.rows_sha256 and e.index in ours:
+            by_file.setdefault(ours[e.index].data_path, []).append(e)
+    for rel, entries in sorted(by_file.items()):
+        try:
+            table = read_parquet(root.fs, root.path(rel), rel)
+        except SourceError:
+            continue  # scan_data reported the file
+        if "episode_index" not in table.column_names:
+            continue
+        eps = table.column("episode_index").to_numpy()
+        for e in entries:
+            if sh.rows_digest(table.filter(pa.array(eps == e.index))) != e.rows_sha256:
+                report.error("rows-digest", "the episode's rows in data/ hash differently from the manifest's "
+                             "rows_sha256", file=rel, episode=e.index)
 
 
 def check_compiled(root: Root, report: Report, *, world_size: int = 1, num_workers: int = 1, fast: bool = False,
@@ -306,5 +346,5 @@ def check_compiled(root: Root, report: Report, *, world_size: int = 1, num_worke
             report.warning("shard-unexpected", "shard file not listed in the manifest", file=rel)
     for pos in progress_bar(range(len(m.shards)), enabled=progress, desc="shards", unit="shard"):
         check_shard(root, m, pos, report, fast=fast, count=count)
-    check_meta(root, m, report, progress=progress)
+    check_meta(root, m, report, progress=progress, fast=fast)
     return m

@@ -50,6 +50,7 @@ CODES: dict[str, str] = {
     "episode-wrong-file": "an episode's rows are not in the data file meta/episodes names",
     "episode-length-mismatch": "an episode's row count disagrees with its length",
     "episode-index-mismatch": "an episode's index is not dataset_from_index..to_index-1 or frame_index not 0..n-1",
+    "timestamp-mismatch": "a row's timestamp is not frame_index / fps (within 1e-4 s): its video frame cannot be found",
     # source videos
     "video-missing": "an mp4 named by meta/episodes does not exist",
     "video-unreadable": "an mp4 cannot be opened or demuxed",
@@ -57,6 +58,7 @@ CODES: dict[str, str] = {
     "video-span-mismatch": "(to_timestamp - from_timestamp) * fps disagrees with the episode length",
     "video-timestamp": "the frame at an episode's from_timestamp is not where the metadata says",
     "video-codec-mismatch": "an mp4's codec or size disagrees with info.json",
+    "video-fps-mismatch": "an mp4's frames are not 1/fps apart (its frame rate disagrees with info.json's fps)",
     # compiled
     "meta-missing": "a compiled dataset without meta/info.json (LeRobot cannot open its data/)",
     "meta-manifest-mismatch": "meta/episodes and roboreel.json disagree on an episode's length or indices",
@@ -78,7 +80,7 @@ CODES: dict[str, str] = {
     "member-checksum-mismatch": "a member's sha256 differs from the manifest",
     "rows-rowgroups": "a record's parquet does not hold exactly one row group",
     "rows-mismatch": "a record's rows are not the episode's frames from_index..to_index-1 in order",
-    "rows-digest": "a record's rows hash differs from the manifest's rows_sha256",
+    "rows-digest": "a record's rows (or the episode's rows in data/) hash differently from the manifest's rows_sha256",
     "clip-missing": "a record lacks the clip of a manifest camera",
     "clip-unreadable": "a clip cannot be demuxed",
     "clip-frame-count": "a clip's frame count differs from the episode length",

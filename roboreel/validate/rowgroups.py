@@ -20,6 +20,7 @@ from roboreel.validate._io import Root, progress_bar
 from roboreel.validate.report import Report
 
 _KEYS = ["episode_index", "index", "frame_index"]
+TIMESTAMP_TOLERANCE_S = v3.TIMESTAMP_TOLERANCE_S
 
 
 @dataclass(frozen=True)
@@ -33,16 +34,25 @@ class Segment:
     last_index: int
     first_frame: int
     contiguous: bool  # index and frame_index both step by exactly 1 inside the segment
+    worst_timestamp: tuple[float, int] | None = None  # (|timestamp - frame_index / fps|, frame_index), largest
 
     @property
     def place(self) -> str:
         return f"{self.file} row group {self.row_group}"
 
 
-def _segments(rel: str, rg: int, table: pa.Table) -> dict[int, Segment]:
+def expected_timestamps(frame_index: np.ndarray, fps: int) -> np.ndarray:
+    """frame_index / fps as LeRobot's writer stores it (float32), in float64 for comparisons."""
+    return (frame_index / fps).astype(np.float32).astype(np.float64)
+
+
+def _segments(rel: str, rg: int, table: pa.Table, fps: int) -> dict[int, Segment]:
     eps = table.column("episode_index").to_numpy()
     index = table.column("index").to_numpy()
     frame = table.column("frame_index").to_numpy()
+    # A row's video frame is found at from_timestamp + timestamp, so timestamp must be frame_index / fps.
+    ts_err = (np.abs(table.column("timestamp").to_numpy().astype(np.float64) - expected_timestamps(frame, fps))
+              if "timestamp" in table.column_names else None)
     # Group rows by episode with one stable sort (old datasets hold thousands of episodes per row group, where a
     # mask per episode would be quadratic); rows keep their file order inside each group.
     order = np.argsort(eps, kind="stable")
@@ -53,12 +63,16 @@ def _segments(rel: str, rg: int, table: pa.Table) -> dict[int, Segment]:
         rows = order[a:b]  # in order of first appearance in the row group
         idx, fr = index[rows], frame[rows]
         contiguous = bool((np.diff(idx) == 1).all() and (np.diff(fr) == 1).all())
-        out[int(eps[rows[0]])] = Segment(rel, rg, b - a, int(idx[0]), int(idx[-1]), int(fr[0]), contiguous)
+        worst = None
+        if ts_err is not None:
+            k = int(np.argmax(ts_err[rows]))
+            worst = (float(ts_err[rows][k]), int(fr[k]))
+        out[int(eps[rows[0]])] = Segment(rel, rg, b - a, int(idx[0]), int(idx[-1]), int(fr[0]), contiguous, worst)
     return out
 
 
 def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
-               segments: dict[int, list[Segment]]) -> bool:
+               segments: dict[int, list[Segment]], episodes: list[int]) -> bool:
     """Record the segments of every row group of one file; False if the file could not be read."""
     try:
         with root.open(rel) as f:
@@ -66,16 +80,17 @@ def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
             names = pf.schema_arrow.names
             missing = [k for k in info.tabular_keys if k not in names]
             if missing:
-                report.error("data-columns-missing", f"lacks feature columns {missing}", file=rel)
+                report.error("data-columns-missing", f"lacks feature columns {missing}", file=rel,
+                             episodes=episodes or None)
             if any(k not in names for k in _KEYS):
                 report.error("data-file-unreadable", f"needs columns {_KEYS} to locate episodes, has {names}", file=rel)
                 return False
             for rg in range(pf.num_row_groups):
                 report.checked["row_groups"] += 1
-                table = pf.read_row_group(rg, columns=_KEYS)
+                table = pf.read_row_group(rg, columns=_KEYS + (["timestamp"] if "timestamp" in names else []))
                 if table.num_rows == 0:
                     continue
-                found = _segments(rel, rg, table)
+                found = _segments(rel, rg, table, info.fps)
                 if len(found) > 1:
                     report.error("rowgroup-multi-episode", f"row group holds {len(found)} episodes",
                                  file=rel, row_group=rg, episodes=list(found))
@@ -89,8 +104,15 @@ def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
     return True
 
 
-def _check_episode(meta: v3.EpisodeMeta, segs: list[Segment], report: Report) -> None:
+def _check_episode(meta: v3.EpisodeMeta, segs: list[Segment], report: Report, *, videos: bool) -> None:
     ep = meta.index
+    worst = max(((s.worst_timestamp, s) for s in segs if s.worst_timestamp is not None), default=None)
+    if worst is not None and worst[0][0] > TIMESTAMP_TOLERANCE_S:
+        (err, frame), seg = worst
+        # Without videos nothing looks frames up by timestamp: worth knowing, not a violation.
+        report.add("error" if videos else "warning", "timestamp-mismatch",
+                   f"frame_index {frame} has a timestamp {err:.6f}s from frame_index / fps (tolerance "
+                   f"{TIMESTAMP_TOLERANCE_S}s)", file=seg.file, row_group=seg.row_group, episode=ep)
     files = {s.file for s in segs}
     if files != {meta.data_path}:
         report.error("episode-wrong-file", f"rows are in {sorted(files)}, meta/episodes says {meta.data_path}",
@@ -125,7 +147,7 @@ def scan_data(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta] | 
         if not root.exists(rel):
             report.error("data-file-missing", "data parquet does not exist", file=rel, episodes=named[rel])
             failed.add(rel)
-        elif not _scan_file(root, rel, info, report, segments):
+        elif not _scan_file(root, rel, info, report, segments, named.get(rel, [])):
             failed.add(rel)
     by_index = {e.index: e for e in episodes or ()}
     for ep, segs in sorted(segments.items()):
@@ -138,7 +160,7 @@ def scan_data(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta] | 
             report.error("episode-not-in-meta", f"{sum(s.rows for s in segs)} rows of an episode meta/episodes "
                          "does not list", file=segs[0].file, episode=ep)
         elif ep in by_index:
-            _check_episode(by_index[ep], segs, report)
+            _check_episode(by_index[ep], segs, report, videos=bool(info.camera_keys))
     for e in episodes or ():
         if e.index not in segments and e.data_path not in failed:
             report.error("episode-rows-missing", f"no rows in the data (meta/episodes says {e.data_path})",

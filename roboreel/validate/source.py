@@ -21,6 +21,16 @@ from roboreel.validate.rowgroups import scan_data
 logger = logging.getLogger(__name__)
 
 TOLERANCE_S = 1e-4  # LeRobot's default tolerance between a queried timestamp and the decoded frame's pts
+_FPS_RTOL = 1e-3  # relative difference between an mp4's frame spacing and 1/fps that counts as another rate
+
+
+def _frame_step(pts_s: tuple[float, ...] | None) -> float | None:
+    """The median spacing of an mp4's frames in seconds (None when there are fewer than two timestamps)."""
+    if pts_s is None or len(pts_s) < 2:
+        return None
+    steps = sorted(b - a for a, b in zip(pts_s, pts_s[1:], strict=False))
+    step = steps[len(steps) // 2]
+    return step if step > 0 else None
 
 
 @dataclass
@@ -170,6 +180,12 @@ def check_videos(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta]
         if None not in want and want != (probe.height, probe.width):
             report.warning("video-codec-mismatch", f"size {probe.height}x{probe.width}, info.json says "
                            f"{want[0]}x{want[1]}", file=rel)
+        step = _frame_step(probe.pts_s)
+        fps_ok = step is None or abs(step * fps - 1) <= _FPS_RTOL
+        if not fps_ok:
+            # Every frame lookup (LeRobot's and compile's) assumes frame k at from_timestamp + k/fps.
+            report.error("video-fps-mismatch", f"frames are {step:.6f}s apart ({1 / step:.3f} fps), info.json "
+                         f"says fps {fps}", file=rel, episodes=indices)
         for e in eps:
             span = e.videos[cam]
             first = round(span.from_timestamp * fps)  # LeRobot's timestamp -> frame rule
@@ -180,7 +196,7 @@ def check_videos(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta]
                 report.error("video-too-short", f"mp4 has {probe.frames} frames, the episode needs frames "
                              f"{first}..{first + e.length - 1} ({span.from_timestamp:.4f}-{span.to_timestamp:.4f}s)",
                              file=rel, episode=e.index)
-            elif probe.pts_s is not None and abs(probe.pts_s[first] - span.from_timestamp) > TOLERANCE_S:
+            elif fps_ok and probe.pts_s is not None and abs(probe.pts_s[first] - span.from_timestamp) > TOLERANCE_S:
                 report.warning("video-timestamp", f"frame {first} is at {probe.pts_s[first]:.6f}s, from_timestamp is "
                                f"{span.from_timestamp:.6f}s (tolerance {TOLERANCE_S}s)", file=rel, episode=e.index)
 
