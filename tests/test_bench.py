@@ -38,11 +38,18 @@ def test_bench_writes_reports_local_and_remote(small_source, small_compiled, tmp
     with open(out / "runs.csv") as f:
         assert len(list(csv.DictReader(f))) == 16
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["ceiling_frames_per_s"] > 0
+    assert summary["ceiling_frames_per_s"] > 0 and summary["transport_samples_per_s"] > 0
     ref = [s for s in summary["summary"] if s["reader"] == "reference"]
     assert all(s["x_reference"] == pytest.approx(1.0) for s in ref)
     assert (out / "summary.md").read_text().startswith("| where | mode | reader |")
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_uint8_runs_every_reader_in_uint8(small_source, small_compiled, tmp_path):
+    cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=2, uint8=True)
+    for reader in ("compiled", "reference"):
+        res = run_one(reader, "single", compiled=str(small_compiled), source=str(small_source), cfg=cfg)
+        assert res["uint8"] is True and res["samples"] == 8
 
 
 def test_bench_fails_loudly_on_zero_samples(small_source, small_compiled):

@@ -98,14 +98,14 @@ def lerobot_available() -> tuple[bool, str]:
 
 
 def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int | None, seed: int,
-          decode_device: str = "cpu", storage_options: dict | None = None) -> Built:
-    """Construct one reader's dataset for ``mode``."""
+          decode_device: str = "cpu", storage_options: dict | None = None, uint8: bool = False) -> Built:
+    """Construct one reader's dataset for ``mode`` (``uint8``: camera frames as uint8, for every reader)."""
     dts = delta_timestamps(mode)
     if reader == "compiled":
         from roboreel.reader import CompiledDataset
 
         kwargs: dict[str, Any] = {"delta_timestamps": dts, "seed": seed, "decode_device": decode_device,
-                                  "storage_options": storage_options}
+                                  "storage_options": storage_options, "return_uint8": uint8}
         if pool_size:
             kwargs["episode_pool_size"] = pool_size
         ds = CompiledDataset(compiled, **kwargs)
@@ -113,7 +113,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
     if reader == "reference":
         from roboreel.reader.reference import ReferenceDataset
 
-        ds = ReferenceDataset(source, delta_timestamps=dts, storage_options=storage_options)
+        ds = ReferenceDataset(source, delta_timestamps=dts, storage_options=storage_options, return_uint8=uint8)
         return Built(TimedMap(ds), map_style=True, stats=getattr(ds, "stats", None), cameras=len(ds.camera_keys))
     if reader == "lerobot":
         ok, why = lerobot_available()

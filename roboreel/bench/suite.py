@@ -30,12 +30,13 @@ class DataSpec:
     fps: int = 20
     min_length: int = 150
     max_length: int = 250
+    episodes_per_shard: int = 4
 
 
 def prepare(root: Path, spec: DataSpec, *, workers: int = 2, progress: bool = True) -> tuple[Path, Path]:
     """Synthesise (LeRobot defaults: AV1 g=2 crf=30) and compile (roboreel defaults) unless already there."""
     from roboreel.cli.synth import camera_names
-    from roboreel.compile import compile_dataset
+    from roboreel.compile import CompileSettings, compile_dataset
     from roboreel.synth import SynthConfig, synthesize
 
     src, out = root / "source", root / "compiled"
@@ -45,7 +46,9 @@ def prepare(root: Path, spec: DataSpec, *, workers: int = 2, progress: bool = Tr
                           video_files_size_in_mb=100.0, data_files_size_in_mb=100.0)
         synthesize(src, cfg, overwrite=True, progress=progress)
     if not (out / "roboreel.json").exists():
-        compile_dataset(str(src), str(out), workers=workers, progress=progress)
+        # 4 episodes per shard: 10 shards for the default 40 episodes, so 1 or 2 workers read whole shards
+        settings = CompileSettings(episodes_per_shard=spec.episodes_per_shard)
+        compile_dataset(str(src), str(out), settings=settings, workers=workers, progress=progress)
     return src, out
 
 
@@ -83,6 +86,16 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
         ceiling_fps = decode_ceiling(clips)
         echo(f"decode ceiling: {ceiling_fps:,.0f} frames/s (sequential decode of {len(clips)} compiled clips, "
              f"one process per core)")
+    transport = None
+    if ceiling:
+        from roboreel.bench.transport import transport_bound
+        from roboreel.formats.manifest import load_manifest
+
+        shapes = [(3, c.height, c.width) for c in load_manifest(compiled).cameras]
+        transport = transport_bound(shapes, uint8=cfg.uint8, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
+                                    prefetch=cfg.prefetch)
+        echo(f"transport bound: {transport:,.0f} samples/s (a DataLoader moving {'uint8' if cfg.uint8 else 'float32'}"
+             f" samples of these shapes with no decode, batch {cfg.batch_size}, {cfg.num_workers} workers)")
     runs: list[dict[str, Any]] = []
     places = [("local", compiled, source)]
     stack = contextlib.ExitStack()
@@ -115,7 +128,7 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
         "machine": {"platform": platform.platform(), "cpus": __import__("os").cpu_count(),
                     "python": platform.python_version()},
         "config": asdict(cfg), "repeats": repeats, "ceiling_frames_per_s": ceiling_fps,
-        "ceiling_samples_per_s": ceiling_sps, "summary": rows,
+        "ceiling_samples_per_s": ceiling_sps, "transport_samples_per_s": transport, "summary": rows,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "summary.md").write_text(table + "\n")

@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefetch", type=int, default=2)
     p.add_argument("--pool-size", type=int, default=None, help="CompiledDataset episode_pool_size")
     p.add_argument("--decode-device", default="cpu")
+    p.add_argument("--uint8", action="store_true", help="camera frames as uint8 for every reader (normalise on the GPU)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up batches excluded from the steady window")
     p.add_argument("--batches", type=int, default=40, help="batches in the steady window")
     p.add_argument("--seconds", type=float, default=None, help="steady window length instead of --batches")
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_dataloading:
         cfg = RunConfig(batch_size=args.batch_size, num_workers=args.num_workers, prefetch=args.prefetch,
                         pool_size=args.pool_size, decode_device=args.decode_device, warmup_batches=args.warmup,
-                        batches=args.batches, seconds=args.seconds)
+                        batches=args.batches, seconds=args.seconds, uint8=args.uint8)
         run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
                   cfg=cfg, repeats=args.repeats, out=out, remote_latency_ms=args.remote_latency_ms,
                   ceiling=not args.no_ceiling)

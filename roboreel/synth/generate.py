@@ -124,8 +124,7 @@ class _VideoFileWriter:
             if k == 0:
                 frame.pict_type = av.video.frame.PictureType.I  # episodes start on a keyframe, as LeRobot's concat
             for packet in self.stream.encode(frame):
-                self.bytes += packet.size
-                self.container.mux(packet)
+                self._mux(packet)
             self.n += 1
         span = (loc[0], loc[1], start / self.cfg.fps, self.n / self.cfg.fps)
         if self.bytes >= self.cfg.video_files_size_in_mb * 1e6:
@@ -133,10 +132,18 @@ class _VideoFileWriter:
             self.roller.next()
         return span
 
+    def _mux(self, packet: av.Packet) -> None:
+        if self.cfg.codec == "libsvtav1" and packet.pts is not None:
+            # AV1 packets come in presentation order (no reordering), so dts = pts is always valid; it avoids an
+            # intermittent "non monotonically increasing dts" EINVAL seen from SVT-AV1 under heavy load.
+            packet.dts = packet.pts
+        self.bytes += packet.size
+        self.container.mux(packet)
+
     def close(self) -> None:
         if self.container is not None:
             for packet in self.stream.encode():
-                self.container.mux(packet)
+                self._mux(packet)
             self.container.close()
             self.container = None
 
