@@ -78,6 +78,10 @@ def compile_benchmark(source: str, *, settings: CompileSettings | None = None,
     """Alternate roboreel and ffmpeg for each worker count; one dict per run, plus ratio rows."""
     s = settings or CompileSettings()
     s = replace(s, reencode=True)  # always measure the transcode, even for HEVC/H.264 sources
+    if s.episodes_per_shard is None:
+        # compile parallelises over shards: give every worker shards to work on, as a real (large) dataset does
+        n = len(LeRobotSource(source).episodes)
+        s = replace(s, episodes_per_shard=max(1, n // (2 * max(workers))))
     runs: list[dict[str, Any]] = []
     for w in workers:
         for r in range(repeats):
