@@ -9,7 +9,14 @@ from support.datasets import assert_same_sample, codes, compiled_pair
 
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.reader import CompiledDataset, ReferenceDataset
-from roboreel.reader.decode import Clip, ClipDecoders, FrameRequest, PendingSample, materialize
+from roboreel.reader.decode import (
+    DEFAULT_RUN_CACHE_BYTES,
+    Clip,
+    ClipDecoders,
+    FrameRequest,
+    PendingSample,
+    materialize,
+)
 from roboreel.reader.plan import Slice
 from roboreel.reader.pool import LoadedEpisode, PoolSchedule, pending_samples
 from roboreel.reader.source import SliceReader, Store
@@ -100,26 +107,59 @@ def test_no_shuffle_is_file_order(medium):
     assert got == list(range(len(got)))
 
 
+def _epoch_pending(ds: CompiledDataset, pool_size: int) -> list[PendingSample]:
+    """One epoch's pending samples in pool order (shuffled GOP runs), read straight from the shards."""
+    m = ds.manifest
+    slices = [Slice(i, tuple(s.episodes)) for i, s in enumerate(m.shards)]
+    order = [e for s in slices for e in s.episodes]
+    schedule = PoolSchedule(order, [m.episode(e).length for e in order], pool_size=pool_size, shuffle=True, seed=0,
+                            epoch=0, rank=0, worker=0, segment=ds.segment)
+    reader = SliceReader(Store(ds.url), m)
+    loaded = (LoadedEpisode(r, shard=m.shards[s].path, tabular_keys=ds.tabular_keys, camera_keys=ds.camera_keys,
+                            windows={}, tasks=m.tasks) for s, r in reader.records(slices))
+    return list(pending_samples(schedule, loaded))
+
+
 def test_pool_keeps_decoders_bounded_and_releases_them(medium):
     """Decode on exit with decoders reused while pooled: never more than pool x cameras open, none at the end."""
     _, compiled = medium
     ds = CompiledDataset(str(compiled), episode_pool_size=3)
-    m = ds.manifest
-    slices = [Slice(i, tuple(s.episodes)) for i, s in enumerate(m.shards)]
-    order = [e for s in slices for e in s.episodes]
-    schedule = PoolSchedule(order, [m.episode(e).length for e in order], pool_size=3, shuffle=True, seed=0,
-                            epoch=0, rank=0, worker=0)
-    reader = SliceReader(Store(str(compiled)), m)
-    loaded = (LoadedEpisode(r, shard=m.shards[s].path, tabular_keys=ds.tabular_keys, camera_keys=ds.camera_keys,
-                            windows={}, tasks=m.tasks) for s, r in reader.records(slices))
     decoders = ClipDecoders()
     peak = 0
-    for p in pending_samples(schedule, loaded):
+    for p in _epoch_pending(ds, 3):
         materialize([p], decoders, tolerance_s=1e-4)
         peak = max(peak, len(decoders))
-    assert len(decoders) == 0 and peak <= 3 * len(CAMERAS)
-    assert decoders.stats.decoder_opens == len(order) * len(CAMERAS)
-    assert decoders.stats.decoder_reuses == m.total_frames * len(CAMERAS) - decoders.stats.decoder_opens
+    assert len(decoders) == 0 and peak <= 3 * len(CAMERAS) and decoders.run_bytes == 0
+    assert decoders.stats.decoder_opens == len(ds.manifest.episodes) * len(CAMERAS)
+    assert decoders.stats.decoder_reuses == decoders.stats.decode_calls - decoders.stats.decoder_opens
+
+
+def test_gop_runs_decode_in_one_call_within_the_byte_budget(medium):
+    """A run's first frame decodes the rest of its GOP run in the same call and the next samples take them from
+    the cache: at most one call per run and camera, each frame decoded once. A tight budget decodes shorter runs
+    and never holds more than it; no budget is frame by frame. The samples are the same in every case."""
+    _, compiled = medium
+    ds = CompiledDataset(str(compiled))
+    pending = _epoch_pending(ds, 3)
+    m, cams = ds.manifest, len(CAMERAS)
+    frame = 3 * 64 * 64
+    runs = sum(-(-e.length // ds.segment) for e in m.episodes) * cams
+    got = {}
+    for budget in (DEFAULT_RUN_CACHE_BYTES, 3 * 10 * frame, 0):
+        decoders, peak, samples = ClipDecoders(run_cache_bytes=budget), 0, []
+        for i in range(0, len(pending), 5):
+            samples += materialize(pending[i:i + 5], decoders, tolerance_s=1e-4)
+            peak = max(peak, decoders.run_bytes)
+        assert 0 < peak <= budget or peak == budget == 0
+        assert decoders.run_bytes == 0 and decoders.stats.frames_decoded == m.total_frames * cams
+        got[budget] = (samples, decoders.stats.decode_calls)
+    ample, tight, none = (got[b][1] for b in got)
+    assert ample <= runs < tight < none
+    for b in got:
+        for s, want in zip(got[b][0], got[0][0], strict=True):
+            assert all(torch.equal(s[cam], want[cam]) for cam in CAMERAS) and s["index"] == want["index"]
+    with pytest.raises(ValueError, match="run_cache_bytes"):
+        ClipDecoders(run_cache_bytes=-1)
 
 
 def test_frame_timestamp_check_names_the_clip(medium):
@@ -146,6 +186,8 @@ def test_arguments_are_checked(medium, tmp_path):
         CompiledDataset(str(compiled), delta_timestamps={"actions": [0.0]})
     with pytest.raises(ValueError, match="frame_order"):
         CompiledDataset(str(compiled), frame_order="gop")
+    with pytest.raises(ValueError, match="decode_cache_mb must be a number >= 0, got -1"):
+        CompiledDataset(str(compiled), decode_cache_mb=-1)
     with pytest.raises(CompiledFormatError, match="no manifest"):
         CompiledDataset(str(tmp_path))
 

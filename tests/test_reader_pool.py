@@ -58,6 +58,24 @@ def test_segments_leave_gop_runs_front_to_back():
     assert episode_frame_order(47, episode=5, seed=0, epoch=1, order="segments", segment=10) != order
 
 
+@pytest.mark.parametrize("kw", [{}, {"shuffle": False}, {"frame_order": "random"}, {"segment": 7}])
+def test_run_end_names_the_frames_each_episode_emits_next(kw):
+    """The decoder's promise (decode.ClipDecoders run cache): after frame f, its episode emits f+1 .. run_end-1
+    next, in order; the runs are whole segments in segment order and single frames in random order."""
+    sched = schedule(**kw)
+    picks = list(sched)
+    per_episode: dict[int, list[int]] = {}
+    for p, f, _ in picks:
+        per_episode.setdefault(p, []).append(f)
+    ahead = 0
+    for p, frames in per_episode.items():
+        for i, f in enumerate(frames):
+            end = sched.run_end(f, LENGTHS[p])
+            assert frames[i:i + end - f] == list(range(f, end))
+            ahead += end - f - 1
+    assert ahead == 0 if kw.get("frame_order") == "random" else ahead > sum(LENGTHS) // 2
+
+
 @pytest.mark.parametrize("n", [0, 1, 37, 200, 700, sum(LENGTHS)])
 def test_skip_replays_and_names_the_records_still_needed(n):
     full = list(schedule())

@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from roboreel.formats.manifest import Manifest, load_manifest
-from roboreel.reader.decode import ClipDecoders, PendingSample, materialize
+from roboreel.reader.decode import DEFAULT_RUN_CACHE_BYTES, ClipDecoders, PendingSample, materialize
 from roboreel.reader.deferred import ship_once
 from roboreel.reader.plan import (
     Slice,
@@ -78,6 +78,8 @@ class CompiledDataset(IterableDataset):
         rank, world_size: distributed position; default from torch.distributed, else RANK/WORLD_SIZE, else (0, 1).
         frame_order: order of an episode's frames inside the pool: "segments" (GOP runs, fast) or "random".
         decode_batch: pending samples decoded together (one sorted call per clip among them).
+        decode_cache_mb: decoded frames each consumer may hold ahead of their samples, in MiB: a GOP run is decoded
+            in one call when its first frame is asked (docs/reader.md, "Decode and memory"). 0 turns it off.
         readahead: episode records fetched ahead of the pool by a background thread.
         verify_checksums: check every member's sha256 against the manifest while streaming.
         retries, backoff_s: transient read faults retried per shard (exponential backoff from ``backoff_s``).
@@ -104,6 +106,7 @@ class CompiledDataset(IterableDataset):
         world_size: int | None = None,
         frame_order: FrameOrder = "segments",
         decode_batch: int = 8,
+        decode_cache_mb: float = DEFAULT_RUN_CACHE_BYTES / 2**20,
         readahead: int = 2,
         verify_checksums: bool = True,
         retries: int = 5,
@@ -118,6 +121,8 @@ class CompiledDataset(IterableDataset):
                                  ("readahead", readahead, 1), ("retries", retries, 0)):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if isinstance(decode_cache_mb, bool) or not isinstance(decode_cache_mb, int | float) or not decode_cache_mb >= 0:
+            raise ValueError(f"decode_cache_mb must be a number >= 0, got {decode_cache_mb!r}")
         if image_transforms is not None and not callable(image_transforms):
             raise ValueError("image_transforms must be callable or None")
         self.url = str(path_or_url)
@@ -145,6 +150,7 @@ class CompiledDataset(IterableDataset):
         self.tolerance_s, self.frame_order = tolerance_s, frame_order
         self.rank, self.world_size = rank, world_size
         self.decode_batch, self.readahead = decode_batch, readahead
+        self.decode_cache_bytes = int(decode_cache_mb * 2**20)
         self.verify_checksums, self.retries, self.backoff_s = verify_checksums, retries, backoff_s
         gops = [c.gop for c in m.cameras if c.gop]
         self.segment = min(gops) if gops else int(m.settings.get("gop") or 10)
@@ -251,7 +257,8 @@ class CompiledDataset(IterableDataset):
                                     camera_keys=self.camera_keys, windows=self.windows, tasks=self.manifest.tasks)
 
         prefetch = Prefetcher(loaded, self.readahead) if todo else iter(())
-        decoders = ClipDecoders(device=self.decode_device, keep=self.keep_frames)
+        decoders = ClipDecoders(device=self.decode_device, keep=self.keep_frames,
+                                run_cache_bytes=self.decode_cache_bytes)
         flusher = Flusher(self._counters, row)
         yielded = 0
 

@@ -5,7 +5,8 @@ the clip frame numbers its window needs; ``materialize`` decodes a list of pendi
 sorted ``get_frames_at`` call per clip, checks each frame's pts against the timestamp it should show, and builds
 the LeRobot-shaped dicts. ``ClipDecoders`` keeps one torchcodec decoder per pooled clip, reused across samples
 (clips are emitted mostly forward, so a reused decoder rarely seeks), and drops it when the pool releases the
-clip, so memory stays bounded by the pool size.
+clip, so memory stays bounded by the pool size. When a request promises the rest of a GOP run (``run_end``), the
+whole run is decoded in one call and its later frames wait, decoded, in a byte-bounded cache (see ``ClipDecoders``).
 
 Nothing here depends on where the pending samples came from or which device decodes: a GPU path can ship pending
 samples from DataLoader workers to the main process and call ``materialize`` there with ``device="cuda"``.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,6 +57,7 @@ class FrameRequest:
     queried_s: np.ndarray  # float64: the timestamp each frame must show (the row's timestamp), for tolerance checks
     stacked: bool  # True -> [T, C, H, W]; False -> [C, H, W] (no window, or a one-offset window, as LeRobot)
     lanes: np.ndarray | None = None  # per frame, which of the clip's decoders should decode it (None: lane 0)
+    run_end: int | None = None  # frames[0] + 1 .. run_end - 1 are asked next from this clip, in order, one each
 
 
 @dataclass
@@ -79,6 +81,15 @@ class DecodeStats:
 
 
 MAX_LANES = 4
+DEFAULT_RUN_CACHE_BYTES = 96 << 20
+
+
+@dataclass
+class _Run:
+    """Decoded frames of a clip's current run, waiting for their samples; views of one decoded batch."""
+
+    frames: dict[int, tuple[torch.Tensor, float]]
+    nbytes: int  # the whole batch's bytes: a view keeps its batch alive until the last frame leaves
 
 
 def window_lanes(num_offsets: int) -> np.ndarray:
@@ -97,21 +108,33 @@ class ClipDecoders:
     1,700 samples/s). ``keep`` (camera -> frames) additionally holds the last few decoded frames of a windowed
     camera's clips, least recently used out first, since neighbouring samples share window frames.
 
+    Run cache: frames leave the pool in GOP runs, one run of a clip front to back, so a frame asked with a
+    ``run_end`` names the frames the next samples of that clip will ask. They are decoded with it in one
+    ``get_frames_at`` call (one call per run instead of one per frame: ~3,000 -> ~4,000 frames/s inside the
+    calls, 224x224, GOP 10) and kept until asked. ``run_cache_bytes`` bounds what all clips' runs hold together; a run that does not fit
+    is decoded shorter (down to the asked frame alone), never evicting another (its frames would cost a seek back).
+
     Memory: ``episode_pool_size x cameras`` decoders (x lanes for windowed cameras), released with their
-    episode; ``max_open`` is a safety bound (least recently used decoders closed beyond it).
+    episode; ``max_open`` is a safety bound (least recently used decoders closed beyond it); at most
+    ``run_cache_bytes`` of decoded runs.
     """
 
     device: str = "cpu"
     seek_mode: SeekMode = "approximate"
     max_open: int = 4096
     keep: dict[str, int] = field(default_factory=dict)
+    run_cache_bytes: int = DEFAULT_RUN_CACHE_BYTES
     stats: DecodeStats = field(default_factory=DecodeStats)
     _open: OrderedDict = field(default_factory=OrderedDict)
     _kept: dict = field(default_factory=dict)
+    _runs: dict = field(default_factory=dict)
+    run_bytes: int = field(default=0, init=False)  # bytes the run cache holds now
 
     def __post_init__(self) -> None:
         if self.seek_mode not in SEEK_MODES:
             raise ValueError(f"seek_mode must be one of {SEEK_MODES}, got {self.seek_mode!r}")
+        if not isinstance(self.run_cache_bytes, int) or self.run_cache_bytes < 0:
+            raise ValueError(f"run_cache_bytes must be an integer >= 0, got {self.run_cache_bytes!r}")
 
     def decoder(self, clip: Clip, lane: int = 0) -> Any:
         key = (clip.key, lane)
@@ -127,8 +150,27 @@ class ClipDecoders:
             self._open.popitem(last=False)
         return dec
 
-    def frames(self, clip: Clip, wanted: dict[int, int]) -> dict[int, tuple[torch.Tensor, float]]:
-        """Frames of ``clip`` (frame -> lane to decode it on): frame -> (uint8 [C, H, W], pts in seconds)."""
+    def _decode(self, clip: Clip, lane: int, indices: list[int], dec: Any = None) -> Any:
+        """One ``get_frames_at`` call (a FrameBatch: data [N, C, H, W] uint8, pts_seconds), counted."""
+        t0 = time.perf_counter()
+        try:
+            batch = (self.decoder(clip, lane) if dec is None else dec).get_frames_at(indices)
+        except (RuntimeError, IndexError, ValueError) as e:
+            raise CompiledFormatError(f"cannot decode frames {indices} of {clip.name}: {e}", file=clip.shard,
+                                      episode=clip.episode) from e
+        self.stats.decode_seconds += time.perf_counter() - t0
+        self.stats.decode_calls += 1
+        self.stats.frames_decoded += len(indices)
+        return batch
+
+    def frames(self, clip: Clip, wanted: dict[int, int],
+               runs: Mapping[int, int] | None = None) -> dict[int, tuple[torch.Tensor, float]]:
+        """Frames of ``clip`` (frame -> lane to decode it on): frame -> (uint8 [C, H, W], pts in seconds).
+
+        ``runs`` (frame -> run end, lane 0 only): the frames after it up to the run end will be asked next, in
+        order, one each; they are decoded now and cached (see the class doc)."""
+        if runs:
+            return self._run_frames(clip, wanted, runs)
         keep = self.keep.get(clip.camera, 0)
         kept: OrderedDict = self._kept.setdefault(clip.key, OrderedDict()) if keep else OrderedDict()
         out = {}
@@ -140,15 +182,7 @@ class ClipDecoders:
             else:
                 lanes.setdefault(wanted[f], []).append(f)
         for lane, misses in sorted(lanes.items()):
-            t0 = time.perf_counter()
-            try:
-                batch = self.decoder(clip, lane).get_frames_at(misses)
-            except (RuntimeError, IndexError, ValueError) as e:
-                raise CompiledFormatError(f"cannot decode frames {misses} of {clip.name}: {e}", file=clip.shard,
-                                          episode=clip.episode) from e
-            self.stats.decode_seconds += time.perf_counter() - t0
-            self.stats.decode_calls += 1
-            self.stats.frames_decoded += len(misses)
+            batch = self._decode(clip, lane, misses)
             for f, frame, pts in zip(misses, batch.data, batch.pts_seconds.tolist(), strict=True):
                 out[f] = (frame, pts)
                 if keep:  # a copy, so a kept frame does not pin the whole decoded batch
@@ -157,14 +191,75 @@ class ClipDecoders:
                 kept.popitem(last=False)
         return out
 
+    def _run_frames(self, clip: Clip, wanted: dict[int, int],
+                    runs: Mapping[int, int]) -> dict[int, tuple[torch.Tensor, float]]:
+        run: _Run | None = self._runs.get(clip.key)
+        out = {}
+        misses = []
+        for f in sorted(wanted):
+            hit = run.frames.pop(f, None) if run is not None else None
+            if hit is None:
+                misses.append(f)
+            else:
+                out[f] = hit
+        if run is not None and (misses or not run.frames):  # used up, or out of order (then stale)
+            self._drop_run(clip.key)
+        if not misses:
+            return out
+        t0 = time.perf_counter()
+        try:
+            dec = self.decoder(clip, 0)
+        except (RuntimeError, IndexError, ValueError) as e:
+            raise CompiledFormatError(f"cannot open {clip.name}: {e}", file=clip.shard, episode=clip.episode) from e
+        self.stats.decode_seconds += time.perf_counter() - t0  # opening counts as decoding, as in ``_decode``
+        ahead = self._ahead(dec.metadata, misses, runs)
+        indices = sorted(misses + ahead)
+        batch = self._decode(clip, 0, indices, dec)
+        cached = {}
+        for f, frame, pts in zip(indices, batch.data, batch.pts_seconds.tolist(), strict=True):
+            if f in wanted:
+                out[f] = (frame, pts)
+            else:
+                cached[f] = (frame, pts)
+        if cached:
+            nbytes = batch.data.untyped_storage().nbytes()
+            self._runs[clip.key] = _Run(cached, nbytes)
+            self.run_bytes += nbytes
+        return out
+
+    def _ahead(self, md: Any, misses: list[int], runs: Mapping[int, int]) -> list[int]:
+        """Frames to decode along with ``misses``: the rest of their runs, as far as the byte budget allows."""
+        frame_bytes = 3 * (md.width or 0) * (md.height or 0)
+        if not frame_bytes:
+            return []
+        room = (self.run_cache_bytes - self.run_bytes) // frame_bytes - len(misses)
+        asked = set(misses)
+        ahead: list[int] = []
+        for f in misses:
+            for g in range(f + 1, runs.get(f, f + 1)):
+                if len(ahead) >= room:
+                    return ahead
+                if g not in asked:
+                    asked.add(g)
+                    ahead.append(g)
+        return ahead
+
+    def _drop_run(self, key: tuple[str, int, str]) -> None:
+        run = self._runs.pop(key, None)
+        if run is not None:
+            self.run_bytes -= run.nbytes
+
     def release(self, clip: Clip) -> None:
         for lane in range(MAX_LANES):
             self._open.pop((clip.key, lane), None)
         self._kept.pop(clip.key, None)
+        self._drop_run(clip.key)
 
     def close(self) -> None:
         self._open.clear()
         self._kept.clear()
+        self._runs.clear()
+        self.run_bytes = 0
 
     def __len__(self) -> int:
         return len(self._open)
@@ -184,18 +279,21 @@ def materialize(
     return_uint8: bool = False,
     image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> list[dict[str, Any]]:
-    """Decode ``batch`` (one sorted call per clip) and return the sample dicts, cameras first (LeRobot's order)."""
-    wanted: dict[tuple, tuple[Clip, dict[int, float], dict[int, int]]] = {}
+    """Decode ``batch`` (one sorted call per clip, none when its run is cached) and return the sample dicts,
+    cameras first (LeRobot's order)."""
+    wanted: dict[tuple, tuple[Clip, dict[int, float], dict[int, int], dict[int, int]]] = {}
     for p in batch:
         for req in p.video.values():
-            _, frames, lanes = wanted.setdefault(req.clip.key, (req.clip, {}, {}))
+            _, frames, lanes, runs = wanted.setdefault(req.clip.key, (req.clip, {}, {}, {}))
+            if req.run_end is not None:
+                runs[int(req.frames[0])] = req.run_end
             lane_of = req.lanes.tolist() if req.lanes is not None else [0] * len(req.frames)
             for f, q, lane in zip(req.frames.tolist(), req.queried_s.tolist(), lane_of, strict=True):
                 frames[f] = q
                 lanes[f] = min(lane, lanes.get(f, lane))
     decoded: dict[tuple, dict[int, tuple[torch.Tensor, float]]] = {}
-    for key, (clip, frames, lanes) in wanted.items():
-        got = decoders.frames(clip, lanes)
+    for key, (clip, frames, lanes, runs) in wanted.items():
+        got = decoders.frames(clip, lanes, runs)
         for f, (_, pts) in got.items():
             if not abs(pts - frames[f]) < tolerance_s:
                 raise FrameTimestampError(video=clip.name, episode=clip.episode, queried_s=frames[f], loaded_s=pts,

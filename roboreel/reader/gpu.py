@@ -63,18 +63,20 @@ class DeviceDecoders:
             self.gpu = _ObservedDecoders(device=self.device, seek_mode=seek_mode, keep=dict(keep or {}),
                                          max_open=max_gpu_decoders, on_open=self._opened)
 
-    def frames(self, clip: Clip, wanted: dict[int, int]) -> dict[int, tuple[torch.Tensor, float]]:
-        """Frames of ``clip`` (frame -> decoder lane): frame -> (uint8 [C, H, W] on the decoding device, pts)."""
+    def frames(self, clip: Clip, wanted: dict[int, int],
+               runs: Mapping[int, int] | None = None) -> dict[int, tuple[torch.Tensor, float]]:
+        """Frames of ``clip`` (frame -> decoder lane): frame -> (uint8 [C, H, W] on the decoding device, pts).
+        ``runs``: as ``ClipDecoders.frames``."""
         if self.router.device_for(clip.key, clip.camera) != "cpu" and self.gpu is not None:
             try:
-                return self.gpu.frames(clip, wanted)
+                return self.gpu.frames(clip, wanted, runs)
             except CompiledFormatError as e:
                 cause = e.__cause__ or e
                 if isinstance(cause, torch.OutOfMemoryError):
                     raise cause from None  # memory is the caller's to manage, not a reason to decode on the CPU
                 self.gpu.release(clip)
                 self.router.failed(clip.key, clip.camera, cause)
-        return self.cpu.frames(clip, wanted)
+        return self.cpu.frames(clip, wanted, runs)
 
     def _opened(self, clip: Clip, dec: Any) -> None:
         status = getattr(dec, "cpu_fallback", None)  # torchcodec >= 0.13; NVDEC backend knows at open

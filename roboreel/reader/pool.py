@@ -13,6 +13,8 @@ Within an episode, frames leave in ``frame_order``:
   random single-frame access to a GOP-10 clip decodes ~5x slower). Batches still mix ``~pool_size`` episodes.
 - ``"random"``: a full permutation of the episode's frames (more decoding per sample).
 With ``shuffle=False`` episodes leave one after another in file order, frames in order.
+``PoolSchedule.run_end`` says how far the current run goes, so the decoder can decode the rest of it in one call
+and keep it until asked (decode.ClipDecoders, "run cache").
 """
 
 from __future__ import annotations
@@ -114,6 +116,13 @@ class PoolSchedule:
         self.emitted += 1
         return slot[0], frame, last
 
+    def run_end(self, frame: int, length: int) -> int:
+        """End (exclusive) of the run ``frame`` belongs to: its episode's next frames up to there leave right after
+        it, in order, one each (GOP runs, or file order); with ``frame_order="random"`` just ``frame + 1``."""
+        if self.shuffle and self.frame_order == "random":
+            return frame + 1
+        return min((frame // self.segment + 1) * self.segment, length)
+
     def skip(self, n: int) -> None:
         """Advance ``n`` picks without emitting them (replay for resume; about a microsecond each)."""
         for _ in range(n):
@@ -163,8 +172,9 @@ class LoadedEpisode:
         self._task_index = task_index
         self.nbytes = sum(len(c.data) for c in self.clips.values()) + rows.nbytes
 
-    def pending(self, f: int, *, last: bool) -> PendingSample:
-        """The pending sample of frame ``f`` (its window's rows gathered, its frames named, nothing decoded)."""
+    def pending(self, f: int, *, last: bool, run_end: int | None = None) -> PendingSample:
+        """The pending sample of frame ``f`` (its window's rows gathered, its frames named, nothing decoded).
+        ``run_end``: see ``PoolSchedule.run_end``; passed on to cameras without a window (decode.ClipDecoders)."""
         values: dict[str, Any] = {}
         pads: dict[str, torch.Tensor] = {}
         for key, col in self.columns.items():
@@ -179,12 +189,11 @@ class LoadedEpisode:
         for cam, clip in self.clips.items():
             off = self.windows.get(cam)
             if off is None:
-                q, stacked = np.array([f]), False
-            else:
-                q, pad = window(f, 0, self.length, off)
-                pads[f"{cam}_is_pad"] = torch.from_numpy(pad)
-                stacked = len(off) > 1
-            video[cam] = FrameRequest(clip, q, self.timestamps[q], stacked, self.lanes.get(cam))
+                video[cam] = FrameRequest(clip, np.array([f]), self.timestamps[f:f + 1], False, None, run_end)
+                continue
+            q, pad = window(f, 0, self.length, off)
+            pads[f"{cam}_is_pad"] = torch.from_numpy(pad)
+            video[cam] = FrameRequest(clip, q, self.timestamps[q], len(off) > 1, self.lanes.get(cam))
         for key in self.windows:  # padding keys in delta_timestamps order, like LeRobot
             values[f"{key}_is_pad"] = pads[f"{key}_is_pad"]
         if self._task_index is not None:
@@ -213,6 +222,6 @@ def pending_samples(
                                           file=loaded.shard, episode=loaded.index)
             live[p] = loaded
             ep = live.get(pos)
-        yield ep.pending(frame, last=last)
+        yield ep.pending(frame, last=last, run_end=schedule.run_end(frame, ep.length))
         if last:
             del live[pos]
