@@ -82,8 +82,10 @@ def markdown_table(rows: list[dict[str, Any]], *, baseline: str = "reference") -
     return "\n".join(lines)
 
 
-def chart(rows: list[dict[str, Any]], path: Path, *, ceiling_samples_per_s: float | None) -> Path | None:
-    """Bar chart of median samples/s per reader and mode (one panel per where), ceiling as a dashed line."""
+def chart(rows: list[dict[str, Any]], path: Path, *, ceiling_samples_per_s: float | None,
+          transport_samples_per_s: float | None = None) -> Path | None:
+    """Bar chart of median samples/s per reader and mode (one panel per where); the decode ceiling (dashed) and
+    the transport bound (dotted) drawn on the local panel."""
     try:
         import matplotlib
 
@@ -107,6 +109,8 @@ def chart(rows: list[dict[str, Any]], path: Path, *, ceiling_samples_per_s: floa
         ax.set_xticks([j + width * (len(readers) - 1) / 2 for j in range(len(modes))], modes)
         if ceiling_samples_per_s and where == "local":
             ax.axhline(ceiling_samples_per_s, ls="--", color="gray", label="CPU decode ceiling")
+        if transport_samples_per_s and where == "local":
+            ax.axhline(transport_samples_per_s, ls=":", color="black", label="transport bound (no decode)")
         ax.set_title(f"{where}: samples/s (median)")
         ax.set_ylabel("samples/s")
         ax.legend(fontsize=8)

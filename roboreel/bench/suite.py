@@ -123,7 +123,7 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
     table = markdown_table(rows)
     write_runs(out, runs)
     ceiling_sps = ceiling_fps / runs[0]["cameras"] if ceiling_fps and runs and runs[0]["cameras"] else None
-    png = chart(rows, out / "chart.png", ceiling_samples_per_s=ceiling_sps)
+    png = chart(rows, out / "chart.png", ceiling_samples_per_s=ceiling_sps, transport_samples_per_s=transport)
     summary = {
         "machine": {"platform": platform.platform(), "cpus": __import__("os").cpu_count(),
                     "python": platform.python_version()},
