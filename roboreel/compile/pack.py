@@ -13,24 +13,17 @@ import hashlib
 import io
 import os
 import tarfile
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import BinaryIO
 
+from roboreel.formats.atomic import TMP_SUFFIX, atomic_open, temp_name
 from roboreel.formats.manifest import MemberInfo
 from roboreel.formats.shard import EpisodeRecord, sha256_hex
 
-TMP_SUFFIX = ".tmp"
 TAR_USER = "roboreel"
 TAR_MODE = 0o444
 TAR_MTIME = 0.0
-
-
-def temp_name(path: str) -> str:
-    """``dir/.name.<unique>.tmp``: hidden, unique per writer, recognisable by ``stale_temps``."""
-    d, base = os.path.split(path)
-    return os.path.join(d, f".{base}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
 
 
 def stale_temps(path: str) -> list[str]:
@@ -68,20 +61,9 @@ class _HashingWriter:
 
 @contextmanager
 def atomic_file(path: str) -> Iterator[_HashingWriter]:
-    """Open ``path`` for writing under a temp name; on success fsync + rename, on any error remove the temp."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = temp_name(path)
-    try:
-        with open(tmp, "wb") as f:
-            w = _HashingWriter(f)
-            yield w
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Open ``path`` for writing under a temp name (formats.atomic), hashing what is written."""
+    with atomic_open(path) as f:
+        yield _HashingWriter(f)
 
 
 def atomic_write(path: str, data: bytes) -> tuple[int, str]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import fsspec
 
+from roboreel.formats.atomic import atomic_write_bytes
 from roboreel.formats.errors import CompiledFormatError
 
 FORMAT_NAME = "roboreel"
@@ -241,27 +241,6 @@ def load_manifest(url: str, *, storage_options: dict[str, Any] | None = None) ->
         raise CompiledFormatError("no manifest: not a compiled roboreel dataset, or compile has not finished",
                                   file=path) from e
     return Manifest.from_json(text, file=path)
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write a local file under a temp name in the same directory, fsync, then rename over ``path``."""
-    path = os.fspath(path)
-    d = os.path.dirname(path) or "."
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the file is for everyone who may read the dataset
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_manifest(root: str | os.PathLike[str], manifest: Manifest) -> None:
