@@ -180,6 +180,8 @@ class LeRobotSource:
     # -- metadata ---------------------------------------------------------------------------------------
     @cached_property
     def info(self) -> SourceInfo:
+        if not self.exists(INFO_PATH):
+            raise SourceError(f"not a LeRobot v3 dataset: {self.url} has no {INFO_PATH}", file=INFO_PATH)
         return SourceInfo.from_dict(_read_json(self.fs, self.path(INFO_PATH), INFO_PATH))
 
     @property
