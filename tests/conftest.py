@@ -53,3 +53,13 @@ def source_factory(tmp_path):
         return make_source(tmp_path / name, **overrides)
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_in_the_parent():
+    """Finalise each test's garbage here, where it is safe: a forked DataLoader worker that finalises an
+    inherited PyAV/x265 encoder hangs forever (roboreel/reader/forksafe.py)."""
+    yield
+    import gc
+
+    gc.collect()

@@ -24,6 +24,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from roboreel.formats.manifest import Manifest, load_manifest
 from roboreel.reader.decode import DEFAULT_RUN_CACHE_BYTES, ClipDecoders, PendingSample, materialize
 from roboreel.reader.deferred import ship_once
+from roboreel.reader.forksafe import isolate_inherited_heap
 from roboreel.reader.plan import (
     Slice,
     World,
@@ -220,6 +221,7 @@ class CompiledDataset(IterableDataset):
         return self._iterate(deferred=True)
 
     def _iterate(self, *, deferred: bool) -> Iterator[Any]:
+        isolate_inherited_heap()  # first thing in a forked worker: see forksafe.py
         worker, num_workers = detect_worker()
         world = self._world(worker, num_workers)
         epoch = self._epoch + self._iters
