@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 from handmade import GOP, hand_compile
 
 from roboreel.cli import main
@@ -67,12 +66,8 @@ def test_inspect_compiled(small_source, tmp_path, capsys):
     assert "shards    3," in text and "hevc 64x64 yuv420p, GOP 10, no B-frames" in text
 
 
-def test_inspect_real_compile(request, capsys):
-    try:
-        from roboreel.compile import compile_dataset  # noqa: F401
-    except ImportError:
-        pytest.skip("roboreel.compile is not built yet")
-    compiled = request.getfixturevalue("small_compiled")
+def test_inspect_real_compile(small_compiled, capsys):
+    compiled = small_compiled
     m = load_manifest(str(compiled))
     s = inspect_json(capsys, compiled)
     assert (s["episodes"], s["frames"], s["shards"]["count"]) == (len(m.episodes), m.total_frames, len(m.shards))

@@ -343,12 +343,8 @@ def test_compiled_data_is_checked_as_v3(hand_compiled, tmp_path):
         "rowgroup-multi-episode", str(path.relative_to(root)), 0, eps)
 
 
-def test_real_compile_validates_clean(request, tmp_path):
-    try:
-        from roboreel.compile import compile_dataset  # noqa: F401
-    except ImportError:
-        pytest.skip("roboreel.compile is not built yet")
-    compiled = request.getfixturevalue("small_compiled")
+def test_real_compile_validates_clean(small_compiled, tmp_path):
+    compiled = small_compiled
     report = validate(str(compiled))
     assert report.exit_code == 0, report.to_text()
     assert not [f for f in report.findings if f.severity != "warning"]

@@ -22,13 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     sub.required = True
     for verb in _VERBS:
-        try:
-            mod = importlib.import_module(f"roboreel.cli.{verb}")
-        except ModuleNotFoundError as e:
-            if e.name == f"roboreel.cli.{verb}":
-                continue  # verb not built yet
-            raise
-        mod.register(sub)
+        importlib.import_module(f"roboreel.cli.{verb}").register(sub)
     return parser
 
 
