@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import platform
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
@@ -15,6 +16,8 @@ from roboreel.bench.ceiling import compiled_clips, decode_ceiling
 from roboreel.bench.readers import lerobot_available
 from roboreel.bench.report import chart, markdown_table, summarize, write_runs
 from roboreel.bench.runner import RunConfig, run_one
+from roboreel.bench.transport import transport_bound
+from roboreel.formats.manifest import load_manifest
 
 log = logging.getLogger(__name__)
 
@@ -80,17 +83,12 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
         if not ok:
             echo(f"skipping reader 'lerobot': {why}")
             readers.remove("lerobot")
-    ceiling_fps = None
+    ceiling_fps = transport = None
     if ceiling:
         clips = compiled_clips(compiled)
         ceiling_fps = decode_ceiling(clips)
         echo(f"decode ceiling: {ceiling_fps:,.0f} frames/s (sequential decode of {len(clips)} compiled clips, "
              f"one process per core)")
-    transport = None
-    if ceiling:
-        from roboreel.bench.transport import transport_bound
-        from roboreel.formats.manifest import load_manifest
-
         shapes = [(3, c.height, c.width) for c in load_manifest(compiled).cameras]
         transport = transport_bound(shapes, uint8=cfg.uint8, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
                                     prefetch=cfg.prefetch)
@@ -125,7 +123,7 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
     ceiling_sps = ceiling_fps / runs[0]["cameras"] if ceiling_fps and runs and runs[0]["cameras"] else None
     png = chart(rows, out / "chart.png", ceiling_samples_per_s=ceiling_sps, transport_samples_per_s=transport)
     summary = {
-        "machine": {"platform": platform.platform(), "cpus": __import__("os").cpu_count(),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "python": platform.python_version()},
         "config": asdict(cfg), "repeats": repeats, "ceiling_frames_per_s": ceiling_fps,
         "ceiling_samples_per_s": ceiling_sps, "transport_samples_per_s": transport, "summary": rows,
