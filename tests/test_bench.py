@@ -32,6 +32,7 @@ def test_bench_writes_reports_local_and_remote(small_source, small_compiled, tmp
         assert r["samples"] > 0 and r["samples_per_s"] > 0 and r["first_batch_s"] > 0
         assert r["peak_rss_mb"] > 0 and r["distinct_episodes_per_batch"] >= 1
         assert r["latency_p50_ms"] <= r["latency_p99_ms"]
+        assert r["frame_dtype"] == "torch.float32"  # LeRobot's default
         assert r["ceiling_fraction"] > 0
     compiled = [r for r in runs if r["reader"] == "compiled"]
     assert all(r["decoder_opens"] > 0 and r["decode_s"] > 0 for r in compiled)
@@ -49,7 +50,7 @@ def test_bench_uint8_runs_every_reader_in_uint8(small_source, small_compiled, tm
     cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=2, uint8=True)
     for reader in ("compiled", "reference"):
         res = run_one(reader, "single", compiled=str(small_compiled), source=str(small_source), cfg=cfg)
-        assert res["uint8"] is True and res["samples"] == 8
+        assert res["frame_dtype"] == "torch.uint8" and res["samples"] == 8
 
 
 def test_bench_fails_loudly_on_zero_samples(small_source, small_compiled):

@@ -85,8 +85,12 @@ class Built:
     dataset: Dataset | IterableDataset
     map_style: bool
     stats: Any = None  # callable -> dict, or None
-    cameras: int = 0
+    camera_keys: tuple[str, ...] = ()
     compiled: Any = None  # the bare CompiledDataset (for roboreel.loader), compiled reader only
+
+    @property
+    def cameras(self) -> int:
+        return len(self.camera_keys)
 
 
 def lerobot_available() -> tuple[bool, str]:
@@ -109,12 +113,13 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
         if pool_size:
             kwargs["episode_pool_size"] = pool_size
         ds = CompiledDataset(compiled, **kwargs)
-        return Built(TimedIterable(ds), map_style=False, stats=ds.stats, cameras=len(ds.camera_keys), compiled=ds)
+        return Built(TimedIterable(ds), map_style=False, stats=ds.stats, camera_keys=tuple(ds.camera_keys), compiled=ds)
     if reader == "reference":
         from roboreel.reader.reference import ReferenceDataset
 
         ds = ReferenceDataset(source, delta_timestamps=dts, storage_options=storage_options, return_uint8=uint8)
-        return Built(TimedMap(ds), map_style=True, stats=getattr(ds, "stats", None), cameras=len(ds.camera_keys))
+        return Built(TimedMap(ds), map_style=True, stats=getattr(ds, "stats", None),
+                     camera_keys=tuple(ds.camera_keys))
     if reader == "lerobot":
         ok, why = lerobot_available()
         if not ok:
@@ -122,8 +127,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
         from lerobot.datasets.lerobot_dataset import LeRobotDataset  # type: ignore[import-not-found]
 
         ds = LeRobotDataset(repo_id="local/bench", root=source, delta_timestamps=dts)
-        cams = len(getattr(ds.meta, "video_keys", []) or [])
-        return Built(TimedMap(ds), map_style=True, cameras=cams)
+        return Built(TimedMap(ds), map_style=True, camera_keys=tuple(getattr(ds.meta, "video_keys", []) or []))
     raise ValueError(f"reader must be one of {READERS}, got {reader!r}")
 
 

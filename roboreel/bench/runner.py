@@ -82,6 +82,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     distinct: list[int] = []
     steady_samples = 0
     first_batch_s = None
+    frame_dtype = None  # what the camera tensors really were (the run's uint8 setting, checked)
     t_steady = t_end = None
     n_batches = 0
     with PeakRSS() as mem:
@@ -94,6 +95,8 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
             n_batches += 1
             if first_batch_s is None:
                 first_batch_s = now - t0
+                frame_dtype = next((str(v.dtype) for k, v in batch.items()
+                                    if k in built.camera_keys and isinstance(v, torch.Tensor)), None)
             if n_batches == cfg.warmup_batches + 1 and t_steady is None:
                 t_steady = now  # the steady window starts when the first post-warm-up batch arrives
             elif t_steady is not None:
@@ -142,6 +145,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
         "decoder_reuses": stats.get("decoder_reuses") if stats else None,
         "reader_stats": stats,
         "cameras": built.cameras,
+        "frame_dtype": frame_dtype,
         "decode_stage": "main-process" if staged else "dataloader-workers",
         "fallback_clips": stats.get("fallback_clips") if stats else None,
         "stage_wait_s": loader.stats()["wait_seconds"] if staged else None,

@@ -7,11 +7,12 @@ def read_some(compiled: str, source: str, *, batches: int = 8) -> None:
     import torch
 
     from roboreel import CompiledDataset
+    from roboreel.formats.manifest import load_manifest
     from roboreel.reader.reference import ReferenceDataset
     from roboreel.synth import read as read_code
 
-    fps = 20
-    window = {"action": [k / fps for k in range(8)]}
+    fps = load_manifest(compiled).fps
+    window = {"action": [k / fps for k in range(8)]}  # 8 steps, one frame apart
     ds = CompiledDataset(compiled, delta_timestamps=window, seed=0)
     ref = ReferenceDataset(source, delta_timestamps=window)
     same = 0
