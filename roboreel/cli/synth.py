@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--codec", default="libsvtav1", choices=["libsvtav1", "libx265", "libx264"])
     p.add_argument("--crf", type=int, default=30)
     p.add_argument("--g", type=int, default=2, help="keyframe interval (LeRobot default 2)")
-    p.add_argument("--video-file-mb", type=float, default=0.02, help="roll video files over past this size")
+    p.add_argument("--video-file-mb", type=float, default=0.02, help="roll video files over past this estimated size")
     p.add_argument("--data-file-mb", type=float, default=0.01, help="roll data files over past this size")
     p.add_argument("--chunks-size", type=int, default=1000, help="files per chunk directory")
     p.add_argument("--row-groups", choices=["episode", "file"], default="episode")

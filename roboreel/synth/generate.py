@@ -33,6 +33,9 @@ _TASKS = (
 )
 
 
+_COMPRESSION_ESTIMATE = 25.0  # yuv420p bytes / encoded bytes assumed when rolling video files over
+
+
 @dataclass(frozen=True)
 class SynthConfig:
     """What to generate. Lengths vary per episode, drawn from [min_length, max_length] by ``seed``."""
@@ -54,7 +57,7 @@ class SynthConfig:
     # libsvtav1 speed preset. 10, not the fastest 12: at 224x224, preset 12 at crf 30 blurs inter frames to
     # 23-29 dB and breaks ~10% of pixel codes; 10 breaks none for ~10% more synth time (measured).
     preset: int | None = 10
-    video_files_size_in_mb: float = 0.02
+    video_files_size_in_mb: float = 0.02  # roll over past this estimated size (see _VideoFileWriter.frame_bytes)
     data_files_size_in_mb: float = 0.01
     chunks_size: int = 1000
     row_groups: str = "episode"  # "episode": one per episode (LeRobot >= #3807); "file": one per file (older)
@@ -105,12 +108,23 @@ class _VideoFileWriter:
         opts = {"g": str(self.cfg.g), "crf": str(self.cfg.crf)}
         if self.cfg.codec == "libsvtav1" and self.cfg.preset is not None:
             opts["preset"] = str(self.cfg.preset)
+        # Episodes start closed GOPs (forced keyframes are IDRs), as in LeRobot's files, where each episode is
+        # encoded on its own and concatenated: no frame of an episode references the previous one.
+        if self.cfg.codec == "libx264":
+            opts["forced-idr"] = "1"
         if self.cfg.codec == "libx265":
-            opts["x265-params"] = "log-level=error"
+            opts["x265-params"] = "log-level=error:open-gop=0"
             stream.codec_tag = "hvc1"
         stream.options = opts
-        self.stream, self.n, self.bytes = stream, 0, 0
+        self.stream, self.n = stream, 0
         self.files += 1
+
+    @property
+    def frame_bytes(self) -> float:
+        """Estimated encoded bytes per frame. Rollover uses this, not the bytes muxed so far: SVT-AV1 is
+        multi-threaded, so how many packets have come back when an episode ends varies from run to run, and
+        the file layout must not. Measured here at LeRobot's settings: ~19:1 at 64x64, ~37:1 at 224x224."""
+        return self.cfg.width * self.cfg.height * 1.5 / _COMPRESSION_ESTIMATE
 
     def add_episode(self, frames: list[np.ndarray]) -> tuple[int, int, float, float]:
         """Encode one episode; returns (chunk_index, file_index, from_timestamp, to_timestamp)."""
@@ -127,7 +141,7 @@ class _VideoFileWriter:
                 self._mux(packet)
             self.n += 1
         span = (loc[0], loc[1], start / self.cfg.fps, self.n / self.cfg.fps)
-        if self.bytes >= self.cfg.video_files_size_in_mb * 1e6:
+        if self.n * self.frame_bytes >= self.cfg.video_files_size_in_mb * 1e6:
             self.close()
             self.roller.next()
         return span
@@ -137,7 +151,6 @@ class _VideoFileWriter:
             # AV1 packets come in presentation order (no reordering), so dts = pts is always valid; it avoids an
             # intermittent "non monotonically increasing dts" EINVAL seen from SVT-AV1 under heavy load.
             packet.dts = packet.pts
-        self.bytes += packet.size
         self.container.mux(packet)
 
     def close(self) -> None:
