@@ -288,7 +288,7 @@ def test_manifest_checksums(hand_compiled, tmp_path):
     doc = json.loads((root / "roboreel.json").read_text())
     doc["shards"][2]["sha256"] = "0" * 64
     doc["episodes"][0]["members"][0]["sha256"] = "0" * 64
-    doc["episodes"][1]["rows_sha256"] = "0" * 64
+    doc["episodes"][1]["rows_sha256"] = "v2:" + "0" * 64
     (root / "roboreel.json").write_text(json.dumps(doc))
     report = validate(str(root))
     assert {(f.code, f.file, f.episode) for f in report.findings} == {
@@ -355,3 +355,38 @@ def test_real_compile_validates_clean(small_compiled, tmp_path):
     shard.write_bytes(shard.read_bytes()[: int(np.ceil(m.shards[0].size * 0.6))])
     broken = validate(str(root))
     assert broken.exit_code == 1 and "shard-truncated" in broken.codes()
+
+
+def test_old_v1_rows_digest_is_checked_and_a_mismatch_only_warns(hand_compiled, tmp_path):
+    """Manifests written before digest v2 hold v1 (Arrow IPC) digests: a match still verifies, and a mismatch
+    (which v1 also gives for schema metadata alone) is a warning, not a false corruption error."""
+    from roboreel.formats.digest import rows_digest_v1
+
+    root = copy(hand_compiled, tmp_path)
+    doc = json.loads((root / "roboreel.json").read_text())
+    src = LeRobotSource(str(root))
+    doc["episodes"][0]["rows_sha256"] = rows_digest_v1(src.episode_rows(src.episode(0)))
+    doc["episodes"][1]["rows_sha256"] = "0" * 64
+    (root / "roboreel.json").write_text(json.dumps(doc))
+    report = validate(str(root))
+    assert report.count("error") == 0
+    assert {(f.code, f.episode) for f in report.findings} == {("rows-digest-v1", 1)}
+
+
+def test_compile_of_a_source_with_fingerprinted_data_files_validates_clean(small_source, small_compiled):
+    """Like LeRobot's, the fixture's data files each carry their own `huggingface` schema metadata; a compile
+    of it must validate clean. (The v1 digest hashed that metadata, so episodes from any data file but the
+    first failed `rows-digest`; the assertion on v1 below shows the fixture exercises exactly that.)"""
+    from roboreel.formats.digest import rows_digest_v1
+
+    files = sorted(small_source.glob("data/**/*.parquet"))
+    metas = {pq.read_schema(f).metadata[b"huggingface"] for f in files}
+    assert len(files) >= 3 and len(metas) == len(files)
+    compiled_files = sorted(small_compiled.glob("data/**/*.parquet"))
+    assert all(len(pq.read_schema(f).metadata or {}) for f in compiled_files)
+    report = validate(str(small_compiled))
+    assert report.findings == []
+    src, out = LeRobotSource(str(small_source)), LeRobotSource(str(small_compiled))
+    v1_differs = [e.index for e in src.episodes
+                  if rows_digest_v1(src.episode_rows(e)) != rows_digest_v1(out.episode_rows(out.episode(e.index)))]
+    assert v1_differs  # the old digest would have reported these as corrupt

@@ -11,20 +11,32 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from roboreel.compile.pack import atomic_write
+from roboreel.formats.digest import canonical_type
 from roboreel.formats.errors import SourceError
 
 
+def _shape(schema: pa.Schema) -> list[tuple[str, str]]:
+    return [(f.name, canonical_type(f.type)) for f in schema]
+
+
 def check_same_schema(tables: list[tuple[int, str, pa.Table]]) -> pa.Schema:
-    """The first table's schema, after checking every (episode, source file, rows) has the same columns/types."""
+    """The one schema a compiled data file is written with: the first table's, after checking every
+    (episode, source file, rows) has the same columns and value types. Schema metadata and list child-field
+    names may differ between source files (LeRobot fingerprints each file's `huggingface` entry)."""
     _, _, first = tables[0]
     schema = first.schema
     for episode, rel, t in tables[1:]:
-        if not t.schema.equals(schema, check_metadata=False):
+        if _shape(t.schema) != _shape(schema):
             raise SourceError(
                 f"data columns/types differ from episode {tables[0][0]}'s ({t.schema} vs {schema})",
                 file=rel, episode=episode,
             )
     return schema
+
+
+def normalise(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` in ``schema`` exactly (metadata and child-field names too); values are unchanged."""
+    return table if table.schema.equals(schema, check_metadata=True) else table.cast(schema)
 
 
 def write_episode_rows(path: str, tables: list[tuple[int, str, pa.Table]]) -> tuple[int, str]:
@@ -36,7 +48,7 @@ def write_episode_rows(path: str, tables: list[tuple[int, str, pa.Table]]) -> tu
     buf = pa.BufferOutputStream()
     with pq.ParquetWriter(buf, schema) as pw:
         for _, _, t in tables:
-            pw.write_table(t, row_group_size=max(1, t.num_rows))
+            pw.write_table(normalise(t, schema), row_group_size=max(1, t.num_rows))
     return atomic_write(path, buf.getvalue().to_pybytes())
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from roboreel.formats.digest import rows_digest  # noqa: F401  (re-exported: records and data/ share it)
 from roboreel.formats.errors import CompiledFormatError
 
 SHARD_DIR = "shards"
@@ -70,15 +71,6 @@ def table_to_parquet_bytes(table: pa.Table) -> bytes:
 
 def parquet_bytes_to_table(data: bytes) -> pa.Table:
     return pq.read_table(pa.BufferReader(data))
-
-
-def rows_digest(table: pa.Table) -> str:
-    """A hash of tabular values that does not depend on parquet encoding: Arrow IPC of the table's columns."""
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        for batch in table.combine_chunks().to_batches():
-            w.write_batch(batch)
-    return sha256_hex(sink.getvalue())
 
 
 @dataclass

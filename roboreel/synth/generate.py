@@ -7,6 +7,7 @@ from_timestamp > 0 and files roll over across chunks when ``chunks_size`` is sma
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -249,6 +250,20 @@ def _write_tasks(root: Path, tasks: list[str]) -> None:
     pq.write_table(table, root / v3.TASKS_PATH)
 
 
+def _hf_metadata(schema: pa.Schema, rel: str) -> dict[bytes, bytes]:
+    """The `huggingface` schema-metadata entry HF datasets writes (features + a per-file fingerprint)."""
+
+    def feature(t: pa.DataType) -> dict:
+        if pa.types.is_fixed_size_list(t) or pa.types.is_list(t):
+            inner = feature(t.value_type)
+            return {"feature": inner, "length": getattr(t, "list_size", -1), "_type": "Sequence"}
+        return {"dtype": str(t), "_type": "Value"}
+
+    info = {"info": {"features": {f.name: feature(f.type) for f in schema}},
+            "fingerprint": hashlib.sha256(rel.encode()).hexdigest()[:16]}
+    return {b"huggingface": json.dumps(info).encode()}
+
+
 def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *, overwrite: bool = False,
                progress: bool = False) -> SynthSummary:
     """Write a LeRobot v3.0 dataset to ``out`` (a local directory). Deterministic for a given config."""
@@ -284,8 +299,12 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
             return
         path = root / v3.DEFAULT_DATA_PATH.format(chunk_index=data_roll.chunk, file_index=data_roll.file)
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Like LeRobot (through HF datasets), every data file carries its own `huggingface` schema metadata
+        # with a fingerprint of its own, so no two files' schemas are byte-equal.
+        schema = data_pending[0].schema.with_metadata(_hf_metadata(data_pending[0].schema, str(path.relative_to(root))))
+        data_pending = [t.replace_schema_metadata(schema.metadata) for t in data_pending]
         if cfg.row_groups == "episode":
-            with pq.ParquetWriter(path, data_pending[0].schema) as w:
+            with pq.ParquetWriter(path, schema) as w:
                 for t in data_pending:
                     w.write_table(t, row_group_size=t.num_rows)
         else:

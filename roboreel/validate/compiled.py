@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from roboreel.formats import manifest as mf
 from roboreel.formats import shard as sh
+from roboreel.formats.digest import check_rows_digest
 from roboreel.formats.errors import CompiledFormatError, SourceError
 from roboreel.formats.lerobot_v3 import EPISODES_DIR, INFO_PATH, read_parquet
 from roboreel.validate._io import Root, progress_bar
@@ -147,8 +148,20 @@ def _check_rows(data: bytes, e: mf.EpisodeEntry, shard: str, report: Report, *, 
         if err[k] > TIMESTAMP_TOLERANCE_S:
             report.error("timestamp-mismatch", f"row {k} has a timestamp {err[k]:.6f}s from frame_index / fps "
                          f"(tolerance {TIMESTAMP_TOLERANCE_S}s)", file=shard, episode=e.index)
-    if not fast and e.rows_sha256 and sh.rows_digest(table) != e.rows_sha256:
-        report.error("rows-digest", "rows hash differs from the manifest's rows_sha256", file=shard, episode=e.index)
+    if not fast and e.rows_sha256:
+        _check_digest(table, e.rows_sha256, report, "rows hash differs from the manifest's rows_sha256",
+                      file=shard, episode=e.index)
+
+
+def _check_digest(table: pa.Table, recorded: str, report: Report, message: str, **where) -> None:
+    """A v2 digest mismatch is an error; a v1 one (old manifests) cannot tell corruption from storage detail."""
+    ok = check_rows_digest(table, recorded)
+    if ok is False:
+        report.error("rows-digest", message, **where)
+    elif ok is None:
+        report.warning("rows-digest-v1", "rows differ from the manifest's v1 rows_sha256, which also hashes "
+                       "parquet schema metadata, so this may not be a change of values; recompile to record v2 "
+                       "digests", **where)
 
 
 def _check_record(m: mf.Manifest, e: mf.EpisodeEntry, members: dict[str, bytes], shard: str, report: Report, *,
@@ -328,9 +341,9 @@ def _check_data_digests(root: Root, m: mf.Manifest, ours: dict, report: Report) 
             continue
         eps = table.column("episode_index").to_numpy()
         for e in entries:
-            if sh.rows_digest(table.filter(pa.array(eps == e.index))) != e.rows_sha256:
-                report.error("rows-digest", "the episode's rows in data/ hash differently from the manifest's "
-                             "rows_sha256", file=rel, episode=e.index)
+            _check_digest(table.filter(pa.array(eps == e.index)), e.rows_sha256, report,
+                          "the episode's rows in data/ hash differently from the manifest's rows_sha256",
+                          file=rel, episode=e.index)
 
 
 def check_compiled(root: Root, report: Report, *, world_size: int = 1, num_workers: int = 1, fast: bool = False,

@@ -81,6 +81,7 @@ CODES: dict[str, str] = {
     "rows-rowgroups": "a record's parquet does not hold exactly one row group",
     "rows-mismatch": "a record's rows are not the episode's frames from_index..to_index-1 in order",
     "rows-digest": "a record's rows (or the episode's rows in data/) hash differently from the manifest's rows_sha256",
+    "rows-digest-v1": "an old (v1) rows digest differs; v1 also hashed schema metadata, so values may be intact",
     "clip-missing": "a record lacks the clip of a manifest camera",
     "clip-unreadable": "a clip cannot be demuxed",
     "clip-frame-count": "a clip's frame count differs from the episode length",
