@@ -25,14 +25,6 @@ needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU")
 no_cuda = pytest.mark.skipif(HAVE_CUDA, reason="checks the no-CUDA report")
 
 
-def _have_compile() -> bool:
-    try:
-        from roboreel.compile import compile_dataset  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def doctor(capsys, *argv: str) -> tuple[int, str]:
     rc = main(["doctor", *argv])
     return rc, capsys.readouterr().out
@@ -166,7 +158,6 @@ def test_unreadable_path_exits_2(capsys, tmp_path, small_source):
 
 
 # -- PATH: a compiled dataset (HEVC) ------------------------------------------------------------------------
-@pytest.mark.skipif(not _have_compile(), reason="roboreel.compile.compile_dataset is not written yet")
 def test_compiled_hevc_decodable_on_cpu(capsys, small_compiled):
     from roboreel.formats.manifest import load_manifest
 

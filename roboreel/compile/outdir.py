@@ -16,9 +16,10 @@ from typing import Any
 
 from roboreel.compile.pack import TMP_SUFFIX, atomic_write
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.shardjob import PARTS_DIR
+from roboreel.compile.shardjob import PARTS_DIR, sidecar_path
+from roboreel.compile.sourcefiles import changed_files
 from roboreel.formats import lerobot_v3 as v3
-from roboreel.formats.errors import CompiledFormatError
+from roboreel.formats.errors import CompiledFormatError, SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import MANIFEST_NAME
 
@@ -29,11 +30,13 @@ SNAPSHOT_DIR = f"{PARTS_DIR}/source"
 
 
 def make_lock(*, url: str, fingerprint: str, settings: CompileSettings, chunks_size: int,
-              shards: list[list[int]]) -> dict[str, Any]:
+              shards: list[list[int]], files: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``files``: content checksums of the source's data and video files (compile/sourcefiles.py); they go on
+    into the manifest's ``source.files``."""
     return {
         "format": LOCK_FORMAT,
         "version": LOCK_VERSION,
-        "source": {"url": url, "fingerprint": fingerprint},
+        "source": {"url": url, "fingerprint": fingerprint, **({"files": files} if files is not None else {})},
         "settings": settings.to_dict(),
         "chunks_size": chunks_size,
         "shards": shards,
@@ -59,12 +62,32 @@ def lock_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     diffs = []
     if old["source"]["fingerprint"] != new["source"]["fingerprint"]:
         diffs.append(f"source fingerprint ({old['source']['url']} vs {new['source']['url']})")
+
     for key in sorted(set(old["settings"]) | set(new["settings"])):
         if old["settings"].get(key) != new["settings"].get(key):
             diffs.append(f"setting {key}: {old['settings'].get(key)!r} vs {new['settings'].get(key)!r}")
     if old.get("chunks_size") != new.get("chunks_size") or old.get("shards") != new.get("shards"):
         diffs.append("shard plan")
     return diffs
+
+
+def check_source_files(out: str, lock: dict[str, Any], shard_files: list[set[str]]) -> None:
+    """On a resume: refuse when a source file changed (content, even at the same size) since a finished shard
+    was compiled from it, naming the file and the shard; a changed file that only unfinished shards read is
+    fine (a user fixing a broken file and rerunning), and the lock then records its new checksum."""
+    old = read_lock(out)
+    if old is None or "files" not in old["source"] or "files" not in lock["source"]:
+        return  # a fresh OUT, or a lock from before content checksums
+    changed = changed_files(old["source"]["files"], lock["source"]["files"])
+    if not changed:
+        return
+    for rel, what in changed:
+        for shard, files in enumerate(shard_files):
+            if rel in files and os.path.exists(os.path.join(out, sidecar_path(shard))):
+                raise SourceError(
+                    f"changed ({what}) since shard {shard} in {out} was compiled from it; a resume would mix "
+                    "two versions of the file: restore it, or pass --overwrite to recompile", file=rel)
+    atomic_write(os.path.join(out, LOCK_NAME), (json.dumps({**old, "source": lock["source"]}, indent=1) + "\n").encode())
 
 
 def is_compile_dir(out: str) -> bool:

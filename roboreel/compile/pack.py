@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import BinaryIO
 
-from roboreel.formats.atomic import TMP_SUFFIX, atomic_open, temp_name
+from roboreel.formats.atomic import TMP_SUFFIX, atomic_open, replace_durably, temp_name
 from roboreel.formats.manifest import MemberInfo
 from roboreel.formats.shard import EpisodeRecord, sha256_hex
 
@@ -118,7 +118,7 @@ class ShardWriter:
         self._f.close()
         self._f = None
         self.size, self.sha256 = self._w.size, self._w.h.hexdigest()
-        os.replace(self.tmp, self.path)
+        replace_durably(self.tmp, self.path)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._f is None:

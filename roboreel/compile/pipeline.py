@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roboreel.compile.finalize import finalize as finalize_out
-from roboreel.compile.outdir import make_lock, prepare_out, write_snapshot
+from roboreel.compile.outdir import check_source_files, make_lock, prepare_out, write_snapshot
 from roboreel.compile.plan import (
     check_encodable,
     check_part,
@@ -35,6 +35,7 @@ from roboreel.compile.plan import (
 )
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import ShardJob, forget_sources, run_shard, shard_done, sweep_temps
+from roboreel.compile.sourcefiles import episode_files, source_files
 from roboreel.formats.errors import RoboreelError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 
@@ -161,10 +162,12 @@ def compile_dataset(
     plan = plan_shards(episodes, estimate_episode_bytes(source, episodes, settings), settings)
     chunks_size = int(source.info.raw.get("chunks_size") or 1000)
     lock = make_lock(url=source.url, fingerprint=source.fingerprint(), settings=settings,
-                     chunks_size=chunks_size, shards=plan)
+                     chunks_size=chunks_size, shards=plan, files=source_files(source, threads=max(2, workers)))
     mine = part_shards(len(plan), part)
     existed = os.path.isdir(out)
     fresh = prepare_out(out, lock, overwrite=overwrite)
+    if not fresh:
+        check_source_files(out, lock, [episode_files(source, shard) for shard in plan])
     try:
         write_snapshot(out, source)
         for i in mine:
@@ -180,10 +183,15 @@ def compile_dataset(
         work_frames = sum(lengths[e] for j in jobs for e in j.episodes)
         with tqdm(total=work_frames, unit="frame", desc="compile", disable=not progress, smoothing=0.1) as bar:
             _run_jobs(jobs, workers, bar)
-    except RoboreelError:
-        if fresh and part is None:
+    except Exception as e:  # an interrupt (KeyboardInterrupt) leaves OUT as it is: a rerun resumes
+        cleaned = fresh and part is None
+        if cleaned:
             _empty(out, remove_dir=not existed)  # nothing of a failed first compile stays in OUT
-        raise
+        if isinstance(e, RoboreelError):
+            raise
+        # Anything else (a full disk, a file-size limit, a bug) still gets one line saying what happened to OUT.
+        kept = f"removed what it had written to {out}" if cleaned else f"finished shards stay in {out}; a rerun resumes"
+        raise RoboreelError(f"compile stopped by {type(e).__name__}: {e} ({kept})") from e
     done_all = finalize and all(shard_done(out, i) is not None for i in range(len(plan)))
     if finalize and part is None and not done_all:
         raise RoboreelError(f"compile of {out} finished but shards are missing (another writer in OUT?)")

@@ -23,7 +23,7 @@ from roboreel.compile.transcode import REMUX_CODECS, transcode_span
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.manifest import EpisodeEntry, MemberInfo
-from roboreel.formats.shard import EpisodeRecord, rows_digest, shard_path
+from roboreel.formats.shard import EpisodeRecord, file_sha256, rows_digest, shard_path
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,8 @@ def sweep_temps(out: str, shard: int, chunks_size: int) -> int:
 
 
 def shard_done(out: str, shard: int) -> dict[str, Any] | None:
-    """The shard's sidecar if the shard is complete (sidecar present, files present with the recorded sizes)."""
+    """The shard's sidecar if the shard is complete: sidecar present, its files present with the recorded sizes
+    and sha256 (a resume re-reads finished shards once, so bit rot or a stray write is recompiled, not kept)."""
     try:
         with open(os.path.join(out, sidecar_path(shard)), "rb") as f:
             side = json.loads(f.read())
@@ -90,7 +91,8 @@ def shard_done(out: str, shard: int) -> dict[str, Any] | None:
         return None
     for key in ("tar", "data"):
         try:
-            if os.path.getsize(os.path.join(out, side[key]["path"])) != side[key]["size"]:
+            path, size, digest = os.path.join(out, side[key]["path"]), side[key]["size"], side[key]["sha256"]
+            if os.path.getsize(path) != size or file_sha256(path) != digest:
                 return None
         except (OSError, KeyError, TypeError):
             return None

@@ -21,6 +21,22 @@ def temp_name(path: str) -> str:
     return os.path.join(d, f".{base}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
 
 
+def fsync_dir(path: str) -> None:
+    """fsync the directory holding ``path``, so a rename into it survives a power cut (POSIX keeps the new
+    name in the directory's own blocks; the file's fsync alone does not persist it)."""
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_durably(tmp: str, path: str) -> None:
+    """``os.replace(tmp, path)``, then fsync of the directory."""
+    os.replace(tmp, path)
+    fsync_dir(path)
+
+
 @contextmanager
 def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """Open ``path`` for writing under a temp name; on success fsync + rename, on any error remove the temp."""
@@ -32,7 +48,7 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace_durably(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

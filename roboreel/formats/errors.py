@@ -8,8 +8,8 @@ class RoboreelError(Exception):
     """Base class of every error roboreel raises on purpose."""
 
 
-class SourceError(RoboreelError):
-    """A LeRobot source dataset is malformed, inconsistent, unsupported or unreadable."""
+class DataError(RoboreelError):
+    """Bad bytes at a known place: the message ends with the file and, where known, the episode."""
 
     def __init__(self, message: str, *, file: str | None = None, episode: int | None = None) -> None:
         where = []
@@ -22,8 +22,14 @@ class SourceError(RoboreelError):
         self.episode = episode
 
 
-class CompiledFormatError(SourceError):
-    """A compiled roboreel dataset (manifest or shard) is malformed, incomplete or fails its checksums."""
+class SourceError(DataError):
+    """A LeRobot source dataset is malformed, inconsistent, unsupported or unreadable."""
+
+
+class CompiledFormatError(DataError):
+    """A compiled roboreel dataset (manifest or shard) is malformed, incomplete or fails its checksums, or a
+    compile's self-check refused what it wrote. A sibling of SourceError, not a kind of it: ``except
+    SourceError`` must not swallow a fault of the compiled output."""
 
 
 class FrameTimestampError(RoboreelError):
@@ -50,5 +56,5 @@ class FrameTimestampError(RoboreelError):
         self.queried_s, self.loaded_s, self.tolerance_s = queried_s, loaded_s, tolerance_s
 
 
-class ShardReadError(SourceError):
+class ShardReadError(DataError):
     """Reading a shard kept failing (timeouts, resets, 5xx, truncated transfers) after the retry budget."""

@@ -140,7 +140,7 @@ class Manifest:
                 _check_value(t["task"], "str", "tasks[].task")
             m = cls(
                 fps=d["fps"],
-                features=d["features"],
+                features={k: _obj(v, f"features[{k!r}]") for k, v in _obj(d["features"], "features").items()},
                 cameras=[CameraSpec(**_obj(c, "cameras[]")) for c in _list(d["cameras"], "cameras")],
                 tasks={t["task_index"]: t["task"] for t in tasks},
                 shards=[ShardEntry(**_obj(s, "shards[]")) for s in _list(d["shards"], "shards")],

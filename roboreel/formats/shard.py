@@ -62,6 +62,15 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def file_sha256(path: str, chunk: int = 8 << 20) -> str:
+    """sha256 hex of a local file, read in chunks (hashlib releases the GIL on large updates)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
 def table_to_parquet_bytes(table: pa.Table) -> bytes:
     """Serialise rows as one row group, deterministically (same table, same pyarrow -> same bytes)."""
     buf = io.BytesIO()

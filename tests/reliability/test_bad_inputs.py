@@ -204,7 +204,7 @@ COMPILED_CASES = {
                                        r"shard ended without episodes \[1\]"),
     "manifest-checksum-mismatch": CompiledCase(D.shard_bytes_flipped,
                                                frozenset({"member-checksum-mismatch", "shard-checksum-mismatch"}),
-                                               r"fails its sha256 check", repaired=False),
+                                               r"fails its sha256 check"),
     "manifest-newer-version": CompiledCase(D.manifest_newer_version, frozenset({"manifest-version"}),
                                            r"format_version 2 is not supported.*upgrade roboreel", exit=2),
     "manifest-not-json": CompiledCase(D.manifest_not_json, frozenset({"manifest-unreadable"}),
@@ -249,8 +249,8 @@ def test_reader_fails_loudly_never_short(name, small_compiled, copy_of):
 
 @pytest.mark.parametrize("name", _params("compile", COMPILED_CASES))
 def test_rerun_compile_restores_damaged_out(name, small_source, small_compiled, copy_of):
-    """Rerunning compile into a damaged OUT rebuilds what is missing or short (resume trusts a shard whose
-    sidecar and sizes match); a shard corrupted in place at its full size is kept until it is deleted."""
+    """Rerunning compile into a damaged OUT rebuilds what is missing, short or corrupted in place (resume trusts
+    a shard only when its sidecar's sizes and sha256 match its files)."""
     case = COMPILED_CASES[name]
     root = copy_of(small_compiled, "out")
     fault = case.damage(root)

@@ -66,3 +66,73 @@ def test_recompiling_a_changed_source_in_one_process_reads_its_new_bytes(small_s
     finally:
         if out.exists():
             shutil.rmtree(out)
+
+
+def test_resume_refuses_a_source_file_edited_in_place_under_a_finished_shard(small_source, copy_of, tmp_path):
+    """Same size, same fingerprint, other content: the content checksums catch it, name file and shard, and
+    leave OUT as it was; the manifest records the checksums of what was compiled."""
+    root = copy_of(small_source, "src")
+    out = tmp_path / "out"
+    compile_dataset(str(root), str(out), settings=TEST, part=(0, 2))  # shards 0 and 1 done
+    src = LeRobotSource(str(root))
+    video = src.episode(0).videos[D.TOP].path  # read by shard 0
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    D.garbage_mid_mp4(root, video=video)
+    with pytest.raises(SourceError, match=r"changed \(content .*\) since shard 0 .*restore it") as err:
+        compile_dataset(str(root), str(out), settings=TEST)
+    assert err.value.file == video
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+
+
+def test_the_manifest_records_the_source_files_checksums(small_source, small_compiled):
+    import hashlib
+    import json
+
+    files = json.loads((small_compiled / MANIFEST_NAME).read_text())["source"]["files"]
+    src = LeRobotSource(str(small_source))
+    want = {p for e in src.episodes for p in (e.data_path, *(v.path for v in e.videos.values()))}
+    assert set(files) == want
+    for rel, f in files.items():
+        data = (small_source / rel).read_bytes()
+        assert f == {"size": len(data), "hash": "sha256:" + hashlib.sha256(data).hexdigest()}
+
+
+def test_resume_recompiles_a_finished_shard_whose_bytes_rotted(small_source, small_compiled, copy_of, tmp_path):
+    """A finished shard's sidecar records its sha256; a flipped byte (same size) makes resume redo the shard."""
+    root = copy_of(small_source, "src")
+    out = tmp_path / "out"
+    compile_dataset(str(root), str(out), settings=TEST, part=(0, 2))
+    tar = out / "shards" / "shard-000001.tar"
+    data = bytearray(tar.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    tar.write_bytes(bytes(data))
+    again = compile_dataset(str(root), str(out), settings=TEST)
+    assert (again.shards_skipped, again.shards_compiled, again.finalized) == (1, 3, True)
+    assert_same_tree(out, small_compiled, ignore_source=True)
+
+
+_FSIZE_SCRIPT = """
+import resource, signal, sys
+from roboreel.cli import main
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so a write past the limit fails with EFBIG instead of killing
+resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+sys.exit(main(["compile", sys.argv[1], sys.argv[2], "--no-progress", "--workers", sys.argv[3],
+               "--episodes-per-shard", "2", "--preset", "ultrafast"]))
+"""
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_compile_failing_with_an_os_error_cleans_up_and_says_so_in_one_line(small_source, tmp_path, workers):
+    """Not a RoboreelError (a full disk, here a file-size limit): OUT is still removed, one line explains."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-c", _FSIZE_SCRIPT, str(small_source), str(out), workers],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "compile stopped by OSError" in lines[0] and "File too large" in lines[0]
+    assert f"removed what it had written to {out}" in lines[0]
+    assert not out.exists()

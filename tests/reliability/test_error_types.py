@@ -47,3 +47,23 @@ def test_reader_error_in_a_dataloader_worker_keeps_type_and_place(small_compiled
         for _ in it:
             pass
     assert list(it) == []  # drained: the worker ends at once instead of torch's 5 s shutdown timeout
+
+
+def test_source_and_compiled_errors_are_siblings():
+    """``except SourceError`` must not swallow a fault of the compiled output (nor the reverse)."""
+    from roboreel.formats.errors import DataError, RoboreelError
+
+    assert not issubclass(CompiledFormatError, SourceError) and not issubclass(SourceError, CompiledFormatError)
+    assert not issubclass(ShardReadError, SourceError)
+    for cls in (SourceError, CompiledFormatError, ShardReadError):
+        assert issubclass(cls, DataError) and issubclass(cls, RoboreelError)
+
+
+def test_a_compile_self_check_failure_is_a_compiled_format_error(small_source, tmp_path):
+    """The compiler refuses a clip that does not hold the episode's frames: its own output's fault, not the
+    source's, so it must not be reported as a SourceError."""
+    from roboreel.compile.transcode import decode_clip
+
+    with pytest.raises(CompiledFormatError) as err:
+        decode_clip(b"not an mp4", length=3, fps=20, where="clip.mp4", episode=1)
+    assert not isinstance(err.value, SourceError) and (err.value.file, err.value.episode) == ("clip.mp4", 1)
