@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compile", action="store_true", help="run the compile benchmark (roboreel vs ffmpeg CLI)")
     p.add_argument("--compile-workers", default="1,2")
     p.add_argument("--no-dataloading", action="store_true", help="only the compile benchmark")
+    p.add_argument("--soak", type=int, default=None, metavar="EPOCHS",
+                   help="soak: EPOCHS epochs with persistent workers, RSS of every process per epoch")
+    p.add_argument("--soak-warmup", type=int, default=5, help="with --soak: epochs before growth is measured")
     p.add_argument("--out", default="bench-out", help="directory for JSON/CSV/PNG reports")
     p.set_defaults(func=run)
 
@@ -62,6 +65,16 @@ def run(args: argparse.Namespace) -> int:
         compiled, source = "", args.source  # the compile benchmark needs only the source
     else:
         raise ValueError("give a compiled dataset path or --prepare DIR (or --source with --no-dataloading)")
+    if args.soak is not None:
+        from roboreel.bench.soak import SoakConfig, soak
+
+        doc = soak(compiled, SoakConfig(epochs=args.soak, warmup=args.soak_warmup, batch_size=args.batch_size,
+                                        num_workers=args.num_workers), out)
+        print("\n| process | RSS after warm-up (MB) | RSS at the end (MB) | growth |\n|---|---|---|---|")
+        for k, g in doc["growth"].items():
+            print(f"| {k} | {g['after_warmup_mb']:.0f} | {g['end_mb']:.0f} | {g['growth_pct']:+.2f}% |")
+        print(f"wrote {out}/soak.json")
+        return 0
     if not args.no_dataloading:
         cfg = RunConfig(batch_size=args.batch_size, num_workers=args.num_workers, prefetch=args.prefetch,
                         pool_size=args.pool_size, decode_device=args.decode_device, warmup_batches=args.warmup,
