@@ -113,5 +113,6 @@ def rewrite_shard(root: Path, pos: int, edit: Callable[[dict[str, bytes]], dict[
             infos += [x for x in e.members if x.name not in mine]  # ... but the manifest still lists it
             m.episodes[i] = mf.EpisodeEntry(**{**e.__dict__, "members": infos})
     m.__dict__.pop("_by_index", None)
+    m.__dict__.pop("_lengths", None)
     mf.write_manifest(root, m)
     return m

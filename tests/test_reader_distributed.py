@@ -11,6 +11,7 @@ import torch
 from support.datasets import batch_indices, compiled_pair
 
 from roboreel.reader import CompiledDataset
+from roboreel.reader.plan import World
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -32,22 +33,38 @@ def epoch_indices(path, *, rank=0, world_size=1, num_workers=0, epoch=0, batch_s
     return [batch_indices(b) for b in loader]
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.fixture(scope="module")
+def one_shard(tmp_path_factory):  # 1 shard: fewer shards than ranks and workers
+    return compiled_pair(tmp_path_factory, episodes_per_shard=100)[1]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 8])
 @pytest.mark.parametrize("num_workers", [0, 2, 3])
-@pytest.mark.parametrize("layout", ["eight_shards", "three_shards"])
-def test_exactly_once_per_epoch(layout, world_size, num_workers, request):
+@pytest.mark.parametrize("layout", ["eight_shards", "three_shards", "one_shard"])
+def test_equal_steps_exactly_once_and_exact_lengths(layout, world_size, num_workers, request):
+    """Real DataLoaders: every rank yields the same number of samples and batches, len(DataLoader) is what
+    comes out, every sample is seen once except the N mod world_size the split drops (reported)."""
     path = request.getfixturevalue(layout)
     total = CompiledDataset(str(path)).manifest.total_frames
-    per_rank = []
+    batch = 5
+    per_rank, batches = [], []
     for rank in range(world_size):
-        got = [i for b in epoch_indices(path, rank=rank, world_size=world_size, num_workers=num_workers, epoch=1)
-               for i in b]
-        sized = CompiledDataset(str(path), rank=rank, world_size=world_size)
-        sized.set_epoch(1)
-        assert len(got) == len(sized) == sized.rank_samples()[rank]  # __len__ is exact
-        per_rank.append(got)
-    everything = sorted(i for got in per_rank for i in got)
-    assert everything == list(range(total))  # complete, no duplicates, ranks disjoint
+        ds = CompiledDataset(str(path), rank=rank, world_size=world_size, episode_pool_size=2, return_uint8=True,
+                             batch_size=batch)
+        ds.set_epoch(1)
+        loader = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=num_workers)
+        got = [batch_indices(b) for b in loader]
+        assert len(got) == len(loader)  # len(DataLoader) is exact with several workers
+        flat = [i for b in got for i in b]
+        assert len(flat) == len(ds) == ds.rank_samples()[rank]  # __len__ is exact
+        per_rank.append(flat)
+        batches.append(len(got))
+    dropped = CompiledDataset(str(path), rank=0, world_size=world_size).dropped_samples()
+    assert dropped == (total % world_size if world_size > 1 else 0)
+    assert len({len(p) for p in per_rank}) == 1 and len(set(batches)) == 1  # equal steps on every rank
+    everything = [i for got in per_rank for i in got]
+    assert len(everything) == len(set(everything)) == total - dropped  # no duplicates, ranks disjoint
+    assert set(everything) <= set(range(total))
 
 
 def test_workers_without_data_do_not_stall_or_duplicate(eight_shards):
@@ -103,13 +120,17 @@ def test_stats_aggregate_across_workers(eight_shards):
     n = len([i for b in torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2) for i in batch_indices(b)])
     st = ds.stats()
     cams = len(m.cameras)
-    assert st["samples"] == n == m.total_frames
-    assert st["episodes_read"] == len(m.episodes)
-    assert st["decoder_opens"] == len(m.episodes) * cams
+    assert st["samples"] == n == m.total_frames and st["dropped_samples"] == 0
+    # the split may cut an episode (and a shard) between the two workers: both read it
+    plans = [ds._slices(World(0, 1, w, 2), 0) for w in range(2)]
+    reads = sum(len(s.episodes) for p in plans for s in p)
+    assert len(m.episodes) <= reads <= len(m.episodes) + 1
+    assert st["episodes_read"] == reads
+    assert st["decoder_opens"] == reads * cams
     assert st["decoder_opens"] + st["decoder_reuses"] == st["decode_calls"]
     assert st["frames_decoded"] == n * cams
-    assert 0 < st["bytes_read"] <= sum(s.size for s in m.shards)
-    assert st["requests"] == len(m.shards) and st["retries"] == 0
+    assert 0 < st["bytes_read"] <= sum(s.size for s in m.shards) * 2
+    assert st["requests"] == sum(len(p) for p in plans) and st["retries"] == 0
     assert st["decode_seconds"] > 0 and st["fetch_seconds"] > 0
     ds.reset_stats()
     assert ds.stats()["samples"] == 0

@@ -26,6 +26,7 @@ from roboreel.reader.decode import Clip
 from roboreel.reader.deferred import ClipStore, assemble, collate_pending
 from roboreel.reader.gpu import DeviceDecoders
 from roboreel.reader.loader import _PendingStream
+from roboreel.reader.plan import World
 from roboreel.reader.routing import Router, choose_device, parse_decode_device, resolve_decode_device
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
@@ -158,14 +159,18 @@ def test_each_clip_is_shipped_once(compiled, num_workers):
         shipped += [k for k, c in pb.clips.items() if c.data]
         assert not set(pb.release) & set(released)
         released += pb.release
-    every = {(s.path, e, cam) for s in ds.manifest.shards for e in s.episodes for cam in CAMERAS}
-    assert sorted(shipped) == sorted(every)  # each clip's bytes exactly once
+    # each worker's copy of each clip (a clip whose episode the split cut between workers has one per worker)
+    every = {(ds.manifest.shards[s.shard].path, e, cam, w) for w in range(max(1, num_workers))
+             for s in ds._slices(World(0, 1, w, max(1, num_workers)), 0) for e in s.episodes for cam in CAMERAS}
+    assert {k[:3] for k in every} == {(s.path, e, cam) for s in ds.manifest.shards for e in s.episodes
+                                      for cam in CAMERAS}
+    assert sorted(shipped) == sorted(every)  # each clip's bytes exactly once per worker that reads it
     assert sorted(released) == sorted(every)  # and each released once
 
 
 def test_a_clip_without_its_bytes_is_refused():
     with pytest.raises(RuntimeError, match=r"s:000003.cam.mp4 arrived without its bytes.*in_order=True"):
-        ClipStore().admit({("s", 3, "cam"): Clip("s", 3, "cam", b"")})
+        ClipStore().admit({("s", 3, "cam", 0): Clip("s", 3, "cam", b"")})
 
 
 # -- the loader against the plain DataLoader ---------------------------------------------------------------
@@ -184,7 +189,11 @@ def test_loader_batches_equal_the_dataloader_batches(compiled, num_workers):
     assert [codes(x) for x in b["observation.images.top"]] == [codes(x) for x in want[0]["observation.images.top"]]
     st = dl.stats()
     assert st["batches"] == len(want) and st["samples"] == sum(len(x["index"]) for x in want)
-    assert st["decoder_opens"] > 0 and st["fallback_clips"] == 0 and st["clips_by_device"] == {"cpu": 16}
+    k = max(1, num_workers)  # clips of an episode the split cut between two workers are decoded by both
+    ds = make()
+    clips = sum(len(s.episodes) for w in range(k) for s in ds._slices(World(0, 1, w, k), 1)) * len(CAMERAS)
+    assert clips in (16, 16 + len(CAMERAS) * (k - 1)) if k > 1 else clips == 16
+    assert st["decoder_opens"] > 0 and st["fallback_clips"] == 0 and st["clips_by_device"] == {"cpu": clips}
 
 
 def test_loader_uint8_and_transforms_equal_the_dataloader(compiled):

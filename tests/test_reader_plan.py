@@ -8,13 +8,18 @@ from hypothesis import strategies as st
 
 from roboreel.formats.manifest import EpisodeEntry, Manifest, ShardEntry
 from roboreel.reader.plan import (
+    SplitOptions,
     World,
     consumer_slices,
     detect_rank,
+    dropped_samples,
+    epoch_slices,
+    rank_quotas,
     selected_shards,
     shard_order,
     split,
     uneven_split_message,
+    worker_quotas,
 )
 
 
@@ -43,53 +48,79 @@ layouts = st.tuples(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(layouts)
-def test_every_episode_read_exactly_once_by_disjoint_consumers(layout):
-    shard_sizes, lengths, world_size, workers, epoch, shuffle = layout
+layouts_split = st.tuples(layouts, st.sampled_from([None, True, False]), st.sampled_from([None, 1, 4, 8]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(layouts_split)
+def test_every_frame_emitted_once_ranks_equal_drops_are_the_tail(layout):
+    """Over many layouts (world sizes 1-8 x workers 1-4, uneven shards, one shard, more consumers than
+    episodes): consumers are disjoint, frames past the quotas are the epoch's last ``N mod world_size`` (with
+    equal steps, the default when world_size > 1), every rank emits the same count, slices are contiguous
+    runs in file order, and with a batch size every worker but one emits whole batches."""
+    (shard_sizes, lengths, world_size, workers, epoch, shuffle), equal, batch = layout
+    world_size *= 2 if world_size == 4 else 1  # up to 8 ranks
     m = _manifest(shard_sizes, lengths)
-    seen: list[int] = []
-    per_rank: list[set[int]] = []
+    opts = SplitOptions(equal_steps=equal, batch_size=batch)
+    total = m.total_frames
+    emitted: list[tuple[int, int]] = []
+    per_rank = []
     for rank in range(world_size):
-        mine: set[int] = set()
+        n = 0
+        per_worker = []
         for w in range(workers):
-            slices = consumer_slices(m, World(rank, world_size, w, workers), seed=7, epoch=epoch, shuffle=shuffle)
+            slices = consumer_slices(m, World(rank, world_size, w, workers), seed=7, epoch=epoch, shuffle=shuffle,
+                                     split_options=opts)
+            k = 0
             for s in slices:
                 in_shard = m.shards[s.shard].episodes
-                # a slice is a contiguous run of its shard, in file order
                 first = in_shard.index(s.episodes[0])
                 assert list(s.episodes) == in_shard[first : first + len(s.episodes)]
-                seen.extend(s.episodes)
-                mine.update(s.episodes)
-        per_rank.append(mine)
-    assert sorted(seen) == [e.index for e in m.episodes]
-    for a in range(world_size):
-        for b in range(a + 1, world_size):
-            assert not per_rank[a] & per_rank[b]
-    consumers = world_size * workers
-    if len(shard_sizes) % consumers == 0:  # divisible: whole shards only, the same number each
-        whole = [len(consumer_slices(m, World(r, world_size, w, workers), seed=7, epoch=epoch, shuffle=shuffle))
-                 for r in range(world_size) for w in range(workers)]
-        assert len(set(whole)) == 1
+                for e, (a, b) in zip(s.episodes, s.frame_ranges(m.lengths), strict=True):
+                    assert 0 <= a < b <= m.lengths[e]
+                    emitted.extend((e, f) for f in range(a, b))
+                    k += b - a
+            per_worker.append(k)
+            n += k
+        per_rank.append(n)
+        if batch:  # len(DataLoader) = ceil(n / batch) is what the workers' batches add up to
+            assert sum(-(-k // batch) for k in per_worker) == -(-n // batch)
+        else:
+            assert max(per_worker) - min(per_worker) <= 1
+    assert len(emitted) == len(set(emitted)) == sum(per_rank)
+    dropped = dropped_samples(m, world_size, split_options=opts)
+    assert total - len(emitted) == dropped
+    if opts.equal(world_size):
+        assert len(set(per_rank)) == 1 and dropped == total % world_size
+    else:
+        assert dropped == 0 and max(per_rank) - min(per_rank) <= 1
+    # the dropped frames are the last ones of the epoch's order
+    order = [(e, f) for s in epoch_slices(m, seed=7, epoch=epoch, shuffle=shuffle) for e in s.episodes
+             for f in range(m.lengths[e])]
+    assert set(order[len(order) - dropped:]) == set(order) - set(emitted)
 
 
-def test_remainder_split_is_balanced_by_frames():
-    # 3 shards of 4 episodes for 2 consumers: 2 whole shards dealt out, the third split in two runs by frames
+def test_split_cuts_episodes_at_exact_quotas():
+    # 3 shards of 4 episodes (10, 30, 10, 10 frames): 180 frames for 2 consumers of 90
     m = _manifest([4, 4, 4], [10, 30, 10, 10])
-    out = split(selected_shards(m, None), {e.index: e.length for e in m.episodes}, 2)
-    assert [len(o) for o in out] == [2, 2]
-    assert out[0][0].episodes == (0, 1, 2, 3) and out[1][0].episodes == (4, 5, 6, 7)
-    assert out[0][1].episodes == (8, 9) and out[1][1].episodes == (10, 11)  # 40 | 20 frames: the midpoint rule
-    # fewer shards than consumers: every consumer gets a run, none is left out while others have several
-    m = _manifest([6], [10])
-    out = split(selected_shards(m, None), {e.index: 10 for e in m.episodes}, 3)
-    assert [o[0].episodes for o in out] == [(0, 1), (2, 3), (4, 5)]
-
-
-def test_workers_without_data_get_nothing():
+    out = split(selected_shards(m, None), m.lengths, [90, 90])
+    assert [(s.shard, s.episodes, s.ranges) for s in out[0]] == [
+        (0, (0, 1, 2, 3), ((0, 10), (0, 30), (0, 10), (0, 10))), (1, (4, 5), ((0, 10), (0, 20)))]
+    assert [(s.shard, s.episodes, s.ranges) for s in out[1]] == [
+        (1, (5, 6, 7), ((20, 30), (0, 10), (0, 10))), (2, (8, 9, 10, 11), ((0, 10), (0, 30), (0, 10), (0, 10)))]
+    # one shard, more consumers than episodes: every consumer still gets its share of frames
     m = _manifest([1], [10])
     got = [consumer_slices(m, World(0, 1, w, 3), seed=0, epoch=0, shuffle=True) for w in range(3)]
-    assert sorted(len(g) for g in got) == [0, 0, 1]
+    assert [g[0].ranges for g in got] == [((0, 4),), ((4, 7),), ((7, 10),)]
+
+
+def test_worker_quotas_deal_whole_batches():
+    # 30 samples, batch 8, 3 workers: 4 batches; workers 0,1,2 give batches 1,2,3 and worker 0 the 4th (6)
+    assert worker_quotas(30, 3, batch_size=8) == [14, 8, 8]
+    assert worker_quotas(30, 3) == [10, 10, 10] and worker_quotas(31, 3) == [11, 10, 10]
+    assert worker_quotas(0, 2, batch_size=8) == [0, 0]
+    assert rank_quotas(31, 3, equal_steps=True) == [10, 10, 10]
+    assert rank_quotas(31, 3, equal_steps=False) == [11, 10, 10]
 
 
 def test_episode_selection():

@@ -97,6 +97,14 @@ class Manifest:
     def total_frames(self) -> int:
         return sum(e.length for e in self.episodes)
 
+    @property
+    def lengths(self) -> dict[int, int]:
+        """Episode index -> length (computed once; the split and the reader ask for it every epoch)."""
+        lengths = self.__dict__.get("_lengths")
+        if lengths is None:
+            lengths = self.__dict__["_lengths"] = {e.index: e.length for e in self.episodes}
+        return lengths
+
     def episode(self, index: int) -> EpisodeEntry:
         """The entry for episode ``index`` (KeyError if absent)."""
         lookup = self.__dict__.get("_by_index")
@@ -109,6 +117,7 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("_by_index", None)
+        d.pop("_lengths", None)
         d["tasks"] = [{"task_index": int(k), "task": v} for k, v in sorted(self.tasks.items())]
         # Put identity first for humans reading the file.
         head = {k: d.pop(k) for k in ("format", "format_version", "created_by")}

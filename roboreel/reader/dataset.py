@@ -25,12 +25,16 @@ from roboreel.formats.manifest import Manifest, load_manifest
 from roboreel.reader.decode import DEFAULT_RUN_CACHE_BYTES, ClipDecoders, PendingSample, materialize
 from roboreel.reader.deferred import ship_once
 from roboreel.reader.forksafe import isolate_inherited_heap
+from roboreel.reader.heap import pin_mmap_threshold, release_free_memory
 from roboreel.reader.plan import (
     Slice,
+    SplitOptions,
     World,
     consumer_slices,
     detect_rank,
     detect_worker,
+    dropped_samples,
+    rank_slices,
     selected_shards,
     slice_frames,
     uneven_split_message,
@@ -46,7 +50,7 @@ from roboreel.reader.windows import delta_offsets
 logger = logging.getLogger(__name__)
 
 STATE_FORMAT = "roboreel.reader.state"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: frame-quota split (plan.py); version-1 states split differently
 DEFAULT_POOL_SIZE = 16
 _FLAG_UNEVEN = 0
 MAX_KEEP = 32
@@ -113,8 +117,13 @@ class CompiledDataset(IterableDataset):
         retries: int = 5,
         backoff_s: float = 0.2,
         storage_options: dict[str, Any] | None = None,
+        equal_steps: bool | None = None,
+        batch_size: int | None = None,
     ) -> None:
         super().__init__()
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
         decode_device = resolve_decode_device(decode_device, fallback=decode_fallback)
         if frame_order not in FRAME_ORDERS:
             raise ValueError(f"frame_order must be one of {FRAME_ORDERS}, got {frame_order!r}")
@@ -150,12 +159,13 @@ class CompiledDataset(IterableDataset):
         self.decode_device, self.image_transforms, self.return_uint8 = decode_device, image_transforms, return_uint8
         self.tolerance_s, self.frame_order = tolerance_s, frame_order
         self.rank, self.world_size = rank, world_size
+        self.split_options = SplitOptions(equal_steps=equal_steps, batch_size=batch_size)
         self.decode_batch, self.readahead = decode_batch, readahead
         self.decode_cache_bytes = int(decode_cache_mb * 2**20)
         self.verify_checksums, self.retries, self.backoff_s = verify_checksums, retries, backoff_s
         gops = [c.gop for c in m.cameras if c.gop]
         self.segment = min(gops) if gops else int(m.settings.get("gop") or 10)
-        self._lengths = {e.index: e.length for e in m.episodes}
+        self._lengths = m.lengths
         # Decoded frames kept per clip of a windowed camera: the window's span, at most MAX_KEEP (memory).
         self.keep_frames = {k: min(MAX_KEEP, int(o.max() - o.min()) + 1) for k, o in self.windows.items()
                             if k in self.camera_keys and len(o) > 1}
@@ -184,20 +194,29 @@ class CompiledDataset(IterableDataset):
 
     def _slices(self, world: World, epoch: int) -> list[Slice]:
         return consumer_slices(self.manifest, world, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
-                               episodes=self.episodes)
+                               episodes=self.episodes, split_options=self.split_options)
 
     def __len__(self) -> int:
-        """Samples this rank emits per epoch (all its workers together)."""
+        """Samples this rank emits per epoch (all its workers together): exactly what iterating yields. With
+        ``batch_size`` given, ``len(DataLoader(ds, batch_size=...))`` is exact for any number of workers."""
         world = self._world()
-        return slice_frames(self._slices(world, self._epoch), self._lengths)
+        return slice_frames(rank_slices(self.manifest, world, seed=self.seed, epoch=self._epoch,
+                                        shuffle=self.shuffle, episodes=self.episodes,
+                                        split_options=self.split_options), self._lengths)
 
     def rank_samples(self, *, epoch: int | None = None) -> list[int]:
-        """Samples every rank emits in ``epoch`` (default: the current one). When the shard count does not divide
-        the consumers these can differ by a few episodes' frames; a DDP trainer should stop every rank after
-        ``min(rank_samples()) // batch_size`` steps (or use drop_last and the minimum) so no rank waits forever."""
+        """Samples every rank emits in ``epoch`` (default: the current one). Equal with ``equal_steps`` (the
+        default when world_size > 1), so DDP ranks take the same number of steps and none waits forever."""
         e = self._epoch if epoch is None else epoch
         ws = self._world().world_size
-        return [slice_frames(self._slices(World(r, ws), e), self._lengths) for r in range(ws)]
+        return [slice_frames(rank_slices(self.manifest, World(r, ws), seed=self.seed, epoch=e, shuffle=self.shuffle,
+                                         episodes=self.episodes, split_options=self.split_options), self._lengths)
+                for r in range(ws)]
+
+    def dropped_samples(self) -> int:
+        """Samples of the epoch that no rank emits: ``N mod world_size`` with equal steps, else 0 (docs/reader.md)."""
+        return dropped_samples(self.manifest, self._world().world_size, episodes=self.episodes,
+                               split_options=self.split_options)
 
     def worker_samples(self, num_workers: int, *, epoch: int | None = None) -> list[int]:
         """Samples each of this rank's ``num_workers`` DataLoader workers emits in ``epoch``."""
@@ -222,6 +241,7 @@ class CompiledDataset(IterableDataset):
 
     def _iterate(self, *, deferred: bool) -> Iterator[Any]:
         isolate_inherited_heap()  # first thing in a forked worker: see forksafe.py
+        pin_mmap_threshold()  # a flat C heap over many epochs: see heap.py
         worker, num_workers = detect_worker()
         world = self._world(worker, num_workers)
         epoch = self._epoch + self._iters
@@ -235,7 +255,9 @@ class CompiledDataset(IterableDataset):
             if msg and self._counters.first_time(_FLAG_UNEVEN):
                 logger.warning(msg)
         order = [e for s in slices for e in s.episodes]
-        schedule = PoolSchedule(order, [self._lengths[e] for e in order], pool_size=self.episode_pool_size,
+        ranges = [r for s in slices for r in s.frame_ranges(self._lengths)]
+        schedule = PoolSchedule(order, [self._lengths[e] for e in order], ranges=ranges,
+                                pool_size=self.episode_pool_size,
                                 shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=world.rank,
                                 worker=world.worker, frame_order=self.frame_order, segment=self.segment)
         if skip > schedule.total:
@@ -249,6 +271,7 @@ class CompiledDataset(IterableDataset):
              deferred: bool = False) -> Iterator[Any]:
         needed = {schedule.episodes[p] for p in schedule.needed_positions()}
         todo = [Slice(s.shard, eps) for s in slices if (eps := tuple(e for e in s.episodes if e in needed))]
+        # (an episode cut between two consumers is read whole by both: windows need its neighbours)
         reader = SliceReader(self.store, self.manifest, verify=self.verify_checksums, retries=self.retries,
                              backoff_s=self.backoff_s)
         shard_paths = [s.path for s in self.manifest.shards]
@@ -256,7 +279,8 @@ class CompiledDataset(IterableDataset):
         def loaded() -> Iterator[LoadedEpisode]:
             for shard, rec in reader.records(todo):
                 yield LoadedEpisode(rec, shard=shard_paths[shard], tabular_keys=self.tabular_keys,
-                                    camera_keys=self.camera_keys, windows=self.windows, tasks=self.manifest.tasks)
+                                    camera_keys=self.camera_keys, windows=self.windows, tasks=self.manifest.tasks,
+                                    stream=position.world.consumer)
 
         prefetch = Prefetcher(loaded, self.readahead) if todo else iter(())
         decoders = ClipDecoders(device=self.decode_device, keep=self.keep_frames,
@@ -294,6 +318,7 @@ class CompiledDataset(IterableDataset):
                 prefetch.close()
             decoders.close()
             flusher.flush(snapshot())
+            release_free_memory()  # epoch over: hand freed pages back (heap.py)
 
     # -- resume -----------------------------------------------------------------------------------------
     def _stream_fingerprint(self) -> dict[str, Any]:
@@ -303,6 +328,7 @@ class CompiledDataset(IterableDataset):
             "seed": self.seed, "shuffle": self.shuffle, "episode_pool_size": self.episode_pool_size,
             "frame_order": self.frame_order, "segment": self.segment,
             "episodes": hashlib.sha256(json.dumps(self.episodes).encode()).hexdigest()[:16],
+            "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
             "layout": hashlib.sha256(layout.encode()).hexdigest()[:16],
         }
 
@@ -369,7 +395,7 @@ class CompiledDataset(IterableDataset):
     def stats(self) -> dict[str, float | int]:
         """Counters summed over this process and every DataLoader worker so far (decode/fetch seconds, bytes,
         decoder opens/reuses, ...). ``reset_stats()`` zeroes them."""
-        return self._counters.totals()
+        return {**self._counters.totals(), "dropped_samples": self.dropped_samples()}
 
     def reset_stats(self) -> None:
         self._counters.reset()

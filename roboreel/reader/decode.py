@@ -32,16 +32,25 @@ SEEK_MODES = ("approximate", "exact")
 
 @dataclass(eq=False)
 class Clip:
-    """One camera's compressed clip of one episode: ``key`` identifies it for decoder reuse."""
+    """One camera's compressed clip of one episode: ``key`` identifies it for decoder reuse. ``stream`` tells
+    apart the copies of one clip that two consumers (DataLoader workers) hold when the split cut its episode
+    between them: each releases its own (reader/plan.py)."""
 
     shard: str
     episode: int
     camera: str
     data: bytes
+    stream: int = 0
 
     @property
-    def key(self) -> tuple[str, int, str]:
-        return (self.shard, self.episode, self.camera)
+    def key(self) -> tuple[str, int, str, int]:
+        return (self.shard, self.episode, self.camera, self.stream)
+
+    @classmethod
+    def stub(cls, key: tuple[str, int, str, int]) -> Clip:
+        """The clip named by ``key`` without its bytes (they travelled with an earlier reference)."""
+        shard, episode, camera, stream = key
+        return cls(shard, episode, camera, b"", stream)
 
     @property
     def name(self) -> str:

@@ -32,7 +32,7 @@ from torch.utils.data import default_collate
 from roboreel.formats.errors import FrameTimestampError
 from roboreel.reader.decode import Clip, PendingSample
 
-ClipKey = tuple[str, int, str]
+ClipKey = tuple[str, int, str, int]  # Clip.key: shard, episode, camera, stream
 
 
 def ship_once(pending: Iterator[PendingSample]) -> Iterator[PendingSample]:
@@ -43,11 +43,11 @@ def ship_once(pending: Iterator[PendingSample]) -> Iterator[PendingSample]:
             key = req.clip.key
             stub = stubs.get(key)
             if stub is None:
-                stubs[key] = Clip(*key, b"")  # this sample carries the bytes
+                stubs[key] = Clip.stub(key)  # this sample carries the bytes
             else:
                 req.clip = stub
         if p.release:
-            p.release = tuple(stubs.pop(c.key, None) or Clip(*c.key, b"") for c in p.release)
+            p.release = tuple(stubs.pop(c.key, None) or Clip.stub(c.key) for c in p.release)
         yield p
 
 
@@ -181,5 +181,5 @@ def assemble(
         out[key] = v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
     for key in batch.release:
         clip = store.release(key)
-        decoders.release(clip if clip is not None else Clip(*key, b""))
+        decoders.release(clip if clip is not None else Clip.stub(key))
     return out

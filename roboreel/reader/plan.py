@@ -3,13 +3,18 @@
 Pure functions of the manifest and (seed, epoch, world size, workers): no I/O, so every rank and worker computes
 the same plan independently, tests can check invariants directly, and a resumed run recomputes it exactly.
 
-A *consumer* is one (rank, DataLoader worker) pair. The (shuffled) shard list is split across ranks, then each
-rank's part across its workers, with the same rule at both levels: the largest prefix whose length divides the
-number of parts is dealt out as whole shards, round-robin; only the remaining few are split by episode, in
-contiguous runs balanced by frame count. So when the shard count divides world_size x num_workers every consumer
-reads whole shards; otherwise a consumer reads just its run of a few shards (the reader seeks or range-requests
-to it), and the extra traffic is bounded by those shards instead of multiplying the dataset. A rank's samples do
-not depend on its number of workers.
+A *consumer* is one (rank, DataLoader worker) pair. The epoch's frames, in (shuffled) shard order, are cut into
+contiguous runs by count, first across ranks, then each rank's run across its workers: a consumer reads one
+contiguous run of shards (partial shards at its two ends: the reader range-requests them) and emits exactly its
+quota of frames. An episode cut at a run boundary is read by both consumers, each emitting only its own frames
+(windows still see the whole episode). Quotas:
+
+- ranks: with ``equal_steps`` (the default when world_size > 1) every rank gets ``N // world_size`` samples and
+  the last ``N mod world_size`` frames of the epoch's order are dropped (torch's DistributedSampler(drop_last)
+  semantics: fewer than world_size samples, different ones each epoch when shuffled), so no rank ever waits for
+  another in an all-reduce; otherwise the first ``N mod world_size`` ranks get one more.
+- workers: with ``batch_size`` every worker but one gets whole batches, so ``len(DataLoader)`` (which assumes
+  one partial batch at most) equals the batches that come out; otherwise counts differ by at most one.
 """
 
 from __future__ import annotations
@@ -30,10 +35,15 @@ TAG_FRAMES = 0xF4A3
 
 @dataclass(frozen=True)
 class Slice:
-    """A contiguous run of one shard to read: its episodes, in file order."""
+    """A contiguous run of one shard to read: its episodes, in file order, and per episode the frames [a, b)
+    this consumer emits (``ranges``; None: every frame of every episode)."""
 
     shard: int  # position in Manifest.shards
     episodes: tuple[int, ...]
+    ranges: tuple[tuple[int, int], ...] | None = None
+
+    def frame_ranges(self, lengths: dict[int, int]) -> tuple[tuple[int, int], ...]:
+        return self.ranges if self.ranges is not None else tuple((0, lengths[e]) for e in self.episodes)
 
 
 @dataclass(frozen=True)
@@ -105,29 +115,79 @@ def selected_shards(manifest: Manifest, episodes: Iterable[int] | None) -> list[
     return out
 
 
-def split(slices: Sequence[Slice], lengths: dict[int, int], consumers: int) -> list[list[Slice]]:
-    """Deal ``slices`` (already in epoch order) to ``consumers``: whole shards round-robin for the divisible
-    prefix, the remainder's episodes in contiguous runs balanced by frames. Returns one list per consumer."""
-    out: list[list[Slice]] = [[] for _ in range(consumers)]
-    whole = len(slices) - len(slices) % consumers
-    for i, s in enumerate(slices[:whole]):
-        out[i % consumers].append(s)
-    rest = [(s.shard, e) for s in slices[whole:] for e in s.episodes]
-    if not rest:
-        return out
-    total = sum(lengths[e] for _, e in rest)
-    done = 0
-    for shard, e in rest:
-        # The episode goes to the consumer whose share of the frames holds its midpoint: monotone, hence
-        # contiguous runs, and every consumer's share is within one episode of total / consumers.
-        g = min(consumers - 1, int(consumers * (done + lengths[e] / 2) / total))
-        done += lengths[e]
-        runs = out[g]
-        if runs and runs[-1].shard == shard:
-            runs[-1] = Slice(shard, runs[-1].episodes + (e,))
-        else:
-            runs.append(Slice(shard, (e,)))
+def split(slices: Sequence[Slice], lengths: dict[int, int], quotas: Sequence[int]) -> list[list[Slice]]:
+    """Cut ``slices`` (in epoch order) into contiguous runs of ``quotas[i]`` frames, one per consumer; frames
+    past ``sum(quotas)`` are dropped. An episode may be cut between two consumers (each gets its frame range)."""
+    out: list[list[Slice]] = [[] for _ in quotas]
+    part, room = 0, quotas[0] if quotas else 0
+    for s in slices:
+        for e, (a, n) in zip(s.episodes, s.frame_ranges(lengths), strict=True):
+            while a < n:
+                while room == 0:
+                    part += 1
+                    if part >= len(quotas):
+                        return out
+                    room = quotas[part]
+                b = min(n, a + room)
+                runs = out[part]
+                if runs and runs[-1].shard == s.shard:
+                    prev = runs[-1]
+                    runs[-1] = Slice(s.shard, prev.episodes + (e,), prev.frame_ranges(lengths) + ((a, b),))
+                else:
+                    runs.append(Slice(s.shard, (e,), ((a, b),)))
+                room -= b - a
+                a = b
     return out
+
+
+def rank_quotas(total: int, world_size: int, *, equal_steps: bool) -> list[int]:
+    """Samples per rank: ``total // world_size`` each with ``equal_steps`` (the rest dropped), else the first
+    ``total % world_size`` ranks get one more."""
+    q, r = divmod(total, world_size)
+    return [q + (0 if equal_steps else int(i < r)) for i in range(world_size)]
+
+
+def worker_quotas(total: int, num_workers: int, *, batch_size: int | None = None) -> list[int]:
+    """Samples per DataLoader worker. With ``batch_size``: whole batches dealt round-robin (as the DataLoader
+    collects them), the one partial batch to the worker that yields the last batch, so the DataLoader's
+    ``ceil(total / batch_size)`` batches is exactly what comes out."""
+    if not batch_size:
+        q, r = divmod(total, num_workers)
+        return [q + int(i < r) for i in range(num_workers)]
+    batches = -(-total // batch_size)
+    per = [(batches // num_workers + int(i < batches % num_workers)) * batch_size for i in range(num_workers)]
+    if batches:
+        per[(batches - 1) % num_workers] -= batches * batch_size - total
+    return per
+
+
+@dataclass(frozen=True)
+class SplitOptions:
+    """How an epoch is split: equal samples per rank (None: when world_size > 1), and the batch size that
+    worker quotas are whole multiples of (None: counts differ by at most one)."""
+
+    equal_steps: bool | None = None
+    batch_size: int | None = None
+
+    def equal(self, world_size: int) -> bool:
+        return world_size > 1 if self.equal_steps is None else bool(self.equal_steps)
+
+
+def epoch_slices(manifest: Manifest, *, seed: int, epoch: int, shuffle: bool,
+                 episodes: Iterable[int] | None = None) -> list[Slice]:
+    """Every selected shard's slice in the epoch's order."""
+    slices = selected_shards(manifest, episodes)
+    return [slices[i] for i in shard_order(len(slices), seed=seed, epoch=epoch, shuffle=shuffle)]
+
+
+def rank_slices(manifest: Manifest, world: World, *, seed: int, epoch: int, shuffle: bool,
+                episodes: Iterable[int] | None = None, split_options: SplitOptions = SplitOptions()) -> list[Slice]:
+    """What rank ``world.rank`` reads this epoch (all its workers together)."""
+    ordered = epoch_slices(manifest, seed=seed, epoch=epoch, shuffle=shuffle, episodes=episodes)
+    lengths = manifest.lengths
+    total = slice_frames(ordered, lengths)
+    quotas = rank_quotas(total, world.world_size, equal_steps=split_options.equal(world.world_size))
+    return split(ordered, lengths, quotas)[world.rank]
 
 
 def consumer_slices(
@@ -138,13 +198,21 @@ def consumer_slices(
     epoch: int,
     shuffle: bool,
     episodes: Iterable[int] | None = None,
+    split_options: SplitOptions = SplitOptions(),
 ) -> list[Slice]:
     """What consumer ``world.consumer`` reads this epoch, in reading order."""
-    slices = selected_shards(manifest, episodes)
-    ordered = [slices[i] for i in shard_order(len(slices), seed=seed, epoch=epoch, shuffle=shuffle)]
-    lengths = {e.index: e.length for e in manifest.episodes}
-    mine = split(ordered, lengths, world.world_size)[world.rank]
-    return split(mine, lengths, world.num_workers)[world.worker]
+    mine = rank_slices(manifest, world, seed=seed, epoch=epoch, shuffle=shuffle, episodes=episodes,
+                       split_options=split_options)
+    lengths = manifest.lengths
+    quotas = worker_quotas(slice_frames(mine, lengths), world.num_workers, batch_size=split_options.batch_size)
+    return split(mine, lengths, quotas)[world.worker]
+
+
+def dropped_samples(manifest: Manifest, world_size: int, *, episodes: Iterable[int] | None = None,
+                    split_options: SplitOptions = SplitOptions()) -> int:
+    """Samples no rank emits per epoch (``N mod world_size`` with equal steps, else 0)."""
+    total = slice_frames(selected_shards(manifest, episodes), manifest.lengths)
+    return total - sum(rank_quotas(total, world_size, equal_steps=split_options.equal(world_size)))
 
 
 def uneven_split_message(num_slices: int, world: World) -> str | None:
@@ -161,4 +229,4 @@ def uneven_split_message(num_slices: int, world: World) -> str | None:
 
 def slice_frames(slices: Sequence[Slice], lengths: dict[int, int]) -> int:
     """How many frames (samples) a list of slices holds."""
-    return sum(lengths[e] for s in slices for e in s.episodes)
+    return sum(b - a for s in slices for a, b in s.frame_ranges(lengths))

@@ -38,15 +38,19 @@ _DRAWS = 4096
 
 
 def episode_frame_order(length: int, *, episode: int, seed: int, epoch: int, order: FrameOrder, segment: int,
-                        shuffle: bool = True) -> list[int]:
-    """The order in which an episode's frames leave the pool (a permutation of ``range(length)``)."""
+                        shuffle: bool = True, start: int = 0, stop: int | None = None) -> list[int]:
+    """The order in which an episode's frames ``start..stop-1`` (default: all) leave the pool. Segments stay
+    aligned to multiples of ``segment`` from frame 0 (the clips' GOPs) whatever the range."""
+    stop = length if stop is None else stop
     if not shuffle:
-        return list(range(length))
+        return list(range(start, stop))
     rng = np.random.default_rng(np.random.SeedSequence([TAG_FRAMES, seed, epoch, episode]))
     if order == "random":
-        return rng.permutation(length).tolist()
-    starts = np.arange(0, length, segment)[rng.permutation(-(-length // segment))]
-    return [f for s in starts.tolist() for f in range(s, min(s + segment, length))]
+        return (start + rng.permutation(stop - start)).tolist()
+    first = start // segment * segment
+    starts = np.arange(first, stop, segment)
+    starts = starts[rng.permutation(len(starts))]
+    return [f for s in starts.tolist() for f in range(max(s, start), min(s + segment, stop))]
 
 
 class PoolSchedule:
@@ -69,12 +73,15 @@ class PoolSchedule:
         worker: int,
         frame_order: FrameOrder = "segments",
         segment: int = 10,
+        ranges: Sequence[tuple[int, int]] | None = None,
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"episode_pool_size must be >= 1, got {pool_size}")
         if frame_order not in FRAME_ORDERS:
             raise ValueError(f"frame_order must be one of {FRAME_ORDERS}, got {frame_order!r}")
         self.episodes, self.lengths = list(episodes), list(lengths)
+        # frames [a, b) of each episode this consumer emits (plan.split may cut an episode between consumers)
+        self.ranges = list(ranges) if ranges is not None else [(0, n) for n in self.lengths]
         self.pool_size, self.shuffle = pool_size, shuffle
         self.seed, self.epoch, self.frame_order, self.segment = seed, epoch, frame_order, max(1, segment)
         self._rng = np.random.default_rng(np.random.SeedSequence([TAG_POOL, seed, epoch, rank, worker]))
@@ -83,14 +90,15 @@ class PoolSchedule:
         self._slots: list[list[Any]] = []  # [position, frames, cursor]
         self.next_admit = 0
         self.emitted = 0
-        self.total = sum(self.lengths)
+        self.total = sum(b - a for a, b in self.ranges)
 
     def _fill(self) -> None:
         while len(self._slots) < self.pool_size and self.next_admit < len(self.episodes):
             pos = self.next_admit
+            a, b = self.ranges[pos]
             frames = episode_frame_order(self.lengths[pos], episode=self.episodes[pos], seed=self.seed,
                                          epoch=self.epoch, order=self.frame_order, segment=self.segment,
-                                         shuffle=self.shuffle)
+                                         shuffle=self.shuffle, start=a, stop=b)
             self._slots.append([pos, frames, 0])
             self.next_admit += 1
 
@@ -145,6 +153,7 @@ class LoadedEpisode:
         camera_keys: Sequence[str],
         windows: Mapping[str, np.ndarray],
         tasks: Mapping[int, str],
+        stream: int = 0,
     ) -> None:
         self.index, self.length, self.shard = record.index, record.length, shard
         rows = record.rows
@@ -164,7 +173,7 @@ class LoadedEpisode:
         for cam in camera_keys:
             if cam not in record.clips:
                 raise CompiledFormatError(f"record lacks the clip of camera {cam!r}", file=shard, episode=self.index)
-            self.clips[cam] = Clip(shard, self.index, cam, record.clips[cam])
+            self.clips[cam] = Clip(shard, self.index, cam, record.clips[cam], stream)
         self.windows = windows
         self.lanes = {cam: window_lanes(len(windows[cam])) for cam in self.clips if cam in windows}
         task_index = self.columns.get("task_index")
@@ -222,6 +231,6 @@ def pending_samples(
                                           file=loaded.shard, episode=loaded.index)
             live[p] = loaded
             ep = live.get(pos)
-        yield ep.pending(frame, last=last, run_end=schedule.run_end(frame, ep.length))
+        yield ep.pending(frame, last=last, run_end=schedule.run_end(frame, schedule.ranges[pos][1]))
         if last:
             del live[pos]
