@@ -7,8 +7,9 @@ import pytest
 import torch
 from support.datasets import assert_same_sample, codes, compiled_pair
 
+from roboreel.bench.reference import ReferenceDataset
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
-from roboreel.reader import CompiledDataset, ReferenceDataset
+from roboreel.reader import CompiledDataset
 from roboreel.reader.decode import (
     DEFAULT_RUN_CACHE_BYTES,
     Clip,

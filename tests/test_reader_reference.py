@@ -7,8 +7,8 @@ import pytest
 import torch
 from support.datasets import codes
 
+from roboreel.bench.reference import ReferenceDataset
 from roboreel.formats.lerobot_v3 import LeRobotSource
-from roboreel.reader import ReferenceDataset
 from roboreel.synth.content import action_row, state_row
 
 

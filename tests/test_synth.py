@@ -86,3 +86,19 @@ def test_file_layout_is_deterministic(source_factory):
         tables.append(pq.read_table(root / rel, columns=cols))
     assert tables[0].equals(tables[1])
     assert len(set(tables[0].column("videos/observation.images.top/file_index").to_pylist())) >= 2
+
+
+def test_public_surface_holds_what_users_use():
+    """The test/benchmark helpers live in bench/, camera_names in synth, the version in its own module."""
+    from pathlib import Path
+
+    import roboreel
+    import roboreel.reader
+    from roboreel._version import __version__
+    from roboreel.synth import camera_names
+
+    assert roboreel.__version__ == __version__
+    assert not hasattr(roboreel.reader, "ReferenceDataset")
+    assert not (Path(roboreel.__file__).parent / "testing").exists()
+    assert camera_names(4) == ("observation.images.top", "observation.images.wrist", "observation.images.side",
+                               "observation.images.cam3")

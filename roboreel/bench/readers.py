@@ -115,7 +115,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
         ds = CompiledDataset(compiled, **kwargs)
         return Built(TimedIterable(ds), map_style=False, stats=ds.stats, camera_keys=tuple(ds.camera_keys), compiled=ds)
     if reader == "reference":
-        from roboreel.reader.reference import ReferenceDataset
+        from roboreel.bench.reference import ReferenceDataset
 
         ds = ReferenceDataset(source, delta_timestamps=dts, storage_options=storage_options, return_uint8=uint8)
         return Built(TimedMap(ds), map_style=True, stats=getattr(ds, "stats", None),

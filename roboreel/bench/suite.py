@@ -38,9 +38,8 @@ class DataSpec:
 
 def prepare(root: Path, spec: DataSpec, *, workers: int = 2, progress: bool = True) -> tuple[Path, Path]:
     """Synthesise (LeRobot defaults: AV1 g=2 crf=30) and compile (roboreel defaults) unless already there."""
-    from roboreel.cli.synth import camera_names
     from roboreel.compile import CompileSettings, compile_dataset
-    from roboreel.synth import SynthConfig, synthesize
+    from roboreel.synth import SynthConfig, camera_names, synthesize
 
     src, out = root / "source", root / "compiled"
     if not (src / "meta" / "info.json").exists():
@@ -58,7 +57,7 @@ def prepare(root: Path, spec: DataSpec, *, workers: int = 2, progress: bool = Tr
 @contextlib.contextmanager
 def served(compiled: str, source: str, latency_ms: float) -> Iterator[tuple[str, str]]:
     """Serve both datasets over HTTP on 127.0.0.1 with a fixed latency per request (an object store stand-in)."""
-    from roboreel.testing.httpserver import Faults, FaultyServer
+    from roboreel.bench.httpserver import Faults, FaultyServer
 
     faults = Faults(latency_s=latency_ms / 1000.0)
     with FaultyServer(compiled, faults=faults, lifetime_s=3600) as a, FaultyServer(source, faults=faults,

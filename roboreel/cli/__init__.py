@@ -14,7 +14,7 @@ _VERBS = ("synth", "compile", "validate", "inspect", "bench", "doctor", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from roboreel import __version__
+    from roboreel._version import __version__
 
     parser = argparse.ArgumentParser(prog="roboreel", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"roboreel {__version__}")

@@ -7,8 +7,8 @@ def read_some(compiled: str, source: str, *, batches: int = 8) -> None:
     import torch
 
     from roboreel import CompiledDataset
+    from roboreel.bench.reference import ReferenceDataset
     from roboreel.formats.manifest import load_manifest
-    from roboreel.reader.reference import ReferenceDataset
     from roboreel.synth import read as read_code
 
     fps = load_manifest(compiled).fps

@@ -28,13 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def camera_names(n: int) -> tuple[str, ...]:
-    base = ("observation.images.top", "observation.images.wrist", "observation.images.side")
-    return tuple(base[i] if i < len(base) else f"observation.images.cam{i}" for i in range(n))
-
-
 def run(args: argparse.Namespace) -> int:
-    from roboreel.synth import SynthConfig, synthesize
+    from roboreel.synth import SynthConfig, camera_names, synthesize
 
     cfg = SynthConfig(
         episodes=args.episodes, min_length=args.min_length, max_length=args.max_length, fps=args.fps,

@@ -44,7 +44,7 @@ class Report:
         return self.exit_code == EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
-        from roboreel import __version__
+        from roboreel._version import __version__
 
         return {
             "roboreel": __version__,

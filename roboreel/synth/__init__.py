@@ -3,4 +3,11 @@
 from roboreel.synth.codes import FrameCode, read
 from roboreel.synth.generate import SynthConfig, SynthSummary, synthesize
 
-__all__ = ["FrameCode", "SynthConfig", "SynthSummary", "read", "synthesize"]
+
+def camera_names(n: int) -> tuple[str, ...]:
+    """LeRobot-style camera keys for ``n`` synthetic cameras (top, wrist, side, then cam3, cam4, ...)."""
+    base = ("observation.images.top", "observation.images.wrist", "observation.images.side")
+    return tuple(base[i] if i < len(base) else f"observation.images.cam{i}" for i in range(n))
+
+
+__all__ = ["FrameCode", "SynthConfig", "SynthSummary", "camera_names", "read", "synthesize"]

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from roboreel.bench.reference import ReferenceDataset
 from roboreel.cli import main
 from roboreel.compile import CompileSettings, compile_dataset
 from roboreel.formats.errors import RoboreelError, SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import load_manifest
 from roboreel.formats.shard import rows_digest
-from roboreel.reader import CompiledDataset, ReferenceDataset
+from roboreel.reader import CompiledDataset
 from roboreel.synth import read
 from roboreel.validate import validate
 

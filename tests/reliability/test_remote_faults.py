@@ -18,8 +18,9 @@ import torch
 from support.datasets import assert_same_sample
 from support.httpserver import Faults, FaultyServer
 
+from roboreel.bench.reference import ReferenceDataset
 from roboreel.formats.errors import RoboreelError, ShardReadError
-from roboreel.reader import CompiledDataset, ReferenceDataset
+from roboreel.reader import CompiledDataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 

@@ -1,1 +1,0 @@
-"""Test and benchmark helpers that ship with roboreel (a local HTTP server standing in for a bucket or the Hub)."""
