@@ -134,7 +134,8 @@ def measure(root: str, batch_size: int, num_workers: int) -> dict[str, Any]:
     import torch
 
     from roboreel.reader import CompiledDataset
-    from roboreel.reader.plan import World, consumer_slices
+    from roboreel.reader.plan import World, consumer_slices, stream_arrays
+    from roboreel.reader.pool import PoolSchedule
 
     rss0 = _rss_mb()
     t0 = time.perf_counter()
@@ -146,10 +147,13 @@ def measure(root: str, batch_size: int, num_workers: int) -> dict[str, Any]:
     len_s = time.perf_counter() - t0
     rss_dataset = _rss_mb()
     t0 = time.perf_counter()
+    # what one DataLoader worker holds for its epoch: its slices, its stream arrays and schedule, the detail of
+    # the first shard it streams
     slices = consumer_slices(ds.manifest, World(0, 1, 0, num_workers), seed=0, epoch=0, shuffle=True,
                              sel=ds.selection)
-    order = [e for s in slices for e in s.episodes]
-    _ = [ds.manifest.lengths[e] for e in order[:1000]]
+    order, sizes, starts, stops = stream_arrays(slices, ds.manifest.lengths)
+    schedule = PoolSchedule(order, sizes, ranges=np.stack([starts, stops], axis=1), pool_size=16, shuffle=True,
+                            seed=0, epoch=0, rank=0, worker=0)
     ds.manifest.index.shard_entries(slices[0].shard)
     plan_s = time.perf_counter() - t0
     rss_index = _rss_mb()
@@ -158,7 +162,7 @@ def measure(root: str, batch_size: int, num_workers: int) -> dict[str, Any]:
     it = iter(loader)
     next(it)
     first_batch_s = time.perf_counter() - t0
-    del it
+    del it, schedule
     return {"samples": n, "construct_s": construct_s, "pickled_bytes": pickled, "len_s": len_s,
             "plan_s": plan_s, "first_batch_s": first_batch_s, "rss_start_mb": rss0,
             "index_mb": rss_index - rss0, "dataset_mb": rss_dataset - rss0, "rss_mb": _rss_mb()}

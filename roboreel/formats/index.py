@@ -319,6 +319,8 @@ class Index:
                 raise CompiledFormatError("episode rows are not in increasing episode order",
                                           file=self.where(INDEX_DIR))
             self._core = Lengths(ids, lengths)
+            del t
+            pa.default_memory_pool().release_unused()  # parquet decode buffers: ~20 MB at 10^6 episodes
         return self._core
 
     @property

@@ -19,6 +19,7 @@ from functools import partial
 from itertools import islice
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -38,10 +39,18 @@ from roboreel.reader.plan import (
     detect_worker,
     rank_samples,
     selection,
+    stream_arrays,
     uneven_split_message,
     worker_quotas,
 )
-from roboreel.reader.pool import FRAME_ORDERS, FrameOrder, LoadedEpisode, PoolSchedule, pending_samples
+from roboreel.reader.pool import (
+    FRAME_ORDERS,
+    FrameOrder,
+    LoadedEpisode,
+    PoolSchedule,
+    pending_samples,
+    still_needed,
+)
 from roboreel.reader.prefetch import Prefetcher
 from roboreel.reader.resume import loader_position
 from roboreel.reader.routing import DecodeFallback, resolve_decode_device
@@ -264,11 +273,9 @@ class CompiledDataset(IterableDataset):
             msg = uneven_split_message(len(self.selection.shards), world)
             if msg and self._counters.first_time(_FLAG_UNEVEN):
                 logger.warning(msg)
-        order = [e for s in slices for e in s.episodes]
         lengths = self.manifest.lengths
-        ranges = [r for s in slices for r in s.frame_ranges(lengths)]
-        sizes = [n for s in slices for n in s.episode_lengths(lengths)]
-        schedule = PoolSchedule(order, sizes, ranges=ranges,
+        order, sizes, starts, stops = stream_arrays(slices, lengths)
+        schedule = PoolSchedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
                                 pool_size=self.episode_pool_size,
                                 shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=world.rank,
                                 worker=world.worker, frame_order=self.frame_order, segment=self.segment)
@@ -281,8 +288,7 @@ class CompiledDataset(IterableDataset):
 
     def _run(self, schedule: PoolSchedule, slices: list[Slice], position: _Position, row: int, *,
              deferred: bool = False) -> Iterator[Any]:
-        needed = {schedule.episodes[p] for p in schedule.needed_positions()}
-        todo = [Slice(s.shard, eps) for s in slices if (eps := tuple(e for e in s.episodes if e in needed))]
+        todo = still_needed(slices, schedule)
         # (an episode cut between two consumers is read whole by both: windows need its neighbours)
         reader = SliceReader(self.store, self.manifest, verify=self.verify_checksums, retries=self.retries,
                              backoff_s=self.backoff_s)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,22 +33,25 @@ TAG_POOL = 0x9001
 TAG_FRAMES = 0xF4A3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Slice:
     """A contiguous run of one shard to read: its episodes, in file order, and per episode the frames [a, b)
     this consumer emits (``ranges``; None: every frame of every episode). ``sizes`` carries the episodes'
-    lengths when the plan read them from the index in bulk (None: look them up)."""
+    lengths when the plan read them from the index in bulk (None: look them up).
+
+    A whole shard's ``episodes`` and ``sizes`` are int64 views into the index's core arrays (no copy: a consumer
+    of half a million episodes holds no Python int per episode); cut ones are tuples."""
 
     shard: int  # position in the index's shard table
-    episodes: tuple[int, ...]
+    episodes: Sequence[int]
     ranges: tuple[tuple[int, int], ...] | None = None
-    sizes: tuple[int, ...] | None = field(default=None, compare=False)
+    sizes: Sequence[int] | None = None
 
-    def episode_lengths(self, lengths: Mapping[int, int]) -> tuple[int, ...]:
+    def episode_lengths(self, lengths: Mapping[int, int]) -> Sequence[int]:
         return self.sizes if self.sizes is not None else tuple(lengths[e] for e in self.episodes)
 
     def frame_ranges(self, lengths: Mapping[int, int]) -> tuple[tuple[int, int], ...]:
-        return self.ranges if self.ranges is not None else tuple((0, n) for n in self.episode_lengths(lengths))
+        return self.ranges if self.ranges is not None else tuple((0, int(n)) for n in self.episode_lengths(lengths))
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,7 @@ def shard_slice(manifest: Manifest, sel: Selection, pos: int) -> Slice:
     if sel.episodes is not None:
         keep = np.isin(eps, sel.episodes)
         eps, sizes = eps[keep], sizes[keep]
-    return Slice(pos, tuple(eps.tolist()), sizes=tuple(sizes.tolist()))
+    return Slice(pos, eps, sizes=sizes)
 
 
 def take(manifest: Manifest, sel: Selection, order: Sequence[int], lo: int, hi: int) -> list[Slice]:
@@ -170,7 +173,7 @@ def take(manifest: Manifest, sel: Selection, order: Sequence[int], lo: int, hi: 
             out.append(whole)
         else:
             eps, ranges, sizes, pos = [], [], [], start
-            for e, n in zip(whole.episodes, whole.sizes or (), strict=True):
+            for e, n in zip(whole.episodes.tolist(), whole.sizes.tolist(), strict=True):
                 a, b = max(0, lo - pos), min(n, hi - pos)
                 if a < b:
                     eps.append(e)
@@ -205,7 +208,7 @@ def split(slices: Sequence[Slice], lengths: Mapping[int, int], quotas: Sequence[
                 runs = out[part]
                 if runs and runs[-1].shard == s.shard:
                     prev = runs[-1]
-                    runs[-1] = Slice(s.shard, prev.episodes + (e,), prev.frame_ranges(lengths) + ((a, b),))
+                    runs[-1] = Slice(s.shard, tuple(prev.episodes) + (e,), prev.frame_ranges(lengths) + ((a, b),))
                 else:
                     runs.append(Slice(s.shard, (e,), ((a, b),)))
                 room -= b - a
@@ -324,3 +327,20 @@ def uneven_split_message(num_slices: int, world: World) -> str | None:
 def slice_frames(slices: Sequence[Slice], lengths: Mapping[int, int]) -> int:
     """How many frames (samples) a list of slices holds."""
     return sum(b - a for s in slices for a, b in s.frame_ranges(lengths))
+
+
+def stream_arrays(slices: list[Slice], lengths: Mapping[int, int]) -> tuple[np.ndarray, ...]:
+    """The consumer's stream as int64 arrays: episodes, their lengths, and the frames [start, stop) it emits."""
+    if not slices:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, empty
+    order = np.concatenate([np.asarray(s.episodes, dtype=np.int64) for s in slices])
+    sizes = np.concatenate([np.asarray(s.episode_lengths(lengths), dtype=np.int64) for s in slices])
+    starts, stops = np.zeros_like(sizes), sizes.copy()
+    at = 0
+    for s in slices:
+        if s.ranges is not None:
+            r = np.asarray(s.ranges, dtype=np.int64).reshape(-1, 2)
+            starts[at:at + len(r)], stops[at:at + len(r)] = r[:, 0], r[:, 1]
+        at += len(s.episodes)
+    return order, sizes, starts, stops
