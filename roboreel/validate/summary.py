@@ -10,11 +10,11 @@ import datetime
 from collections import defaultdict
 from typing import Any
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.manifest import MANIFEST_NAME, load_manifest
-from roboreel.formats.shard import split_member
 from roboreel.validate._io import Root
 
 
@@ -66,13 +66,13 @@ def _compiled_summary(root: Root) -> dict[str, Any]:
     lengths = [int(n) for n in ix.lengths.values]
     clip_bytes: dict[str, int] = defaultdict(int)
     rows_bytes = 0
-    for e in ix.iter_entries():
-        for x in e.members:
-            ext = split_member(x.name)[1]
-            if ext == "parquet":
-                rows_bytes += x.size
-            elif ext.endswith(".mp4"):
-                clip_bytes[ext[: -len(".mp4")]] += x.size
+    for _, t in ix.group_tables():  # column-wise: member bytes by kind, no object per member
+        flat = pc.list_flatten(t.column("members").combine_chunks())
+        sizes = flat.field("size")
+        ext = pc.list_element(pc.split_pattern(flat.field("name"), ".", max_splits=1), 1)  # split_member's rule
+        rows_bytes += pc.sum(pc.filter(sizes, pc.equal(ext, "parquet"))).as_py() or 0
+        for cam in m.camera_keys:
+            clip_bytes[cam] += pc.sum(pc.filter(sizes, pc.equal(ext, f"{cam}.mp4"))).as_py() or 0
     sizes = [int(x) for x in ix.shards["size"]]
     per_shard = [int(x) for x in ix.shards["episodes"]]
     out: dict[str, Any] = {
