@@ -14,12 +14,12 @@ import torch
 
 pytest.importorskip("lerobot.scripts.lerobot_train", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
 
-from conftest import REPO_ID  # noqa: E402
 from lerobot.configs.default import DatasetConfig  # noqa: E402
 from lerobot.configs.train import TrainPipelineConfig  # noqa: E402
 from lerobot.datasets.factory import make_train_eval_datasets as lerobot_datasets  # noqa: E402
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig  # noqa: E402
 from lerobot.utils.constants import IMAGENET_STATS  # noqa: E402
+from lerobot_support import REPO_ID  # noqa: E402
 from support.datasets import assert_same_sample, batch_indices  # noqa: E402
 
 from roboreel.integrations.lerobot.datasets import make_train_eval_datasets as roboreel_datasets  # noqa: E402

@@ -9,12 +9,12 @@ import pytest
 
 pytest.importorskip("lerobot.policies.factory", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
 
-from conftest import REPO_ID  # noqa: E402
 from lerobot.datasets import LeRobotDatasetMetadata  # noqa: E402
 from lerobot.datasets.factory import resolve_delta_timestamps  # noqa: E402
 from lerobot.policies import make_policy, make_pre_post_processors  # noqa: E402
 from lerobot.policies.act.configuration_act import ACTConfig  # noqa: E402
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig  # noqa: E402
+from lerobot_support import REPO_ID  # noqa: E402
 
 from roboreel.reader import CompiledDataset  # noqa: E402
 

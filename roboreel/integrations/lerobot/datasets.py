@@ -27,11 +27,10 @@ logger = logging.getLogger(__name__)
 
 def make_train_eval_datasets(cfg: Any) -> tuple[CompiledDataset, None]:
     """``lerobot.datasets.factory.make_train_eval_datasets`` for a compiled dataset at ``--dataset.root``."""
+    import torch
     from lerobot.datasets.factory import resolve_delta_timestamps
     from lerobot.transforms import ImageTransforms
     from lerobot.utils.constants import IMAGENET_STATS
-
-    import torch
 
     data = cfg.dataset
     if not isinstance(data.repo_id, str):
@@ -79,7 +78,11 @@ def resume(dataset: CompiledDataset, cfg: Any) -> None:
 
     A step takes one batch per rank, and an epoch is exactly ``ceil(len(dataset) / batch_size)`` batches per rank
     (whole batches per worker), so step ``s`` is batch ``s % per_epoch`` of epoch ``s // per_epoch``."""
-    from lerobot.common.train_utils import load_training_batch_size, load_training_num_processes, load_training_step
+    from lerobot.common.train_utils import (
+        load_training_batch_size,
+        load_training_num_processes,
+        load_training_step,
+    )
     from lerobot.utils.constants import TRAINING_STATE_DIR
 
     checkpoint = Path(cfg.checkpoint_path)
