@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from support.httpserver import FaultyServer
+from support.httpserver import Faults, FaultyServer
 
 from roboreel.formats.errors import SourceError
 from roboreel.formats.manifest import load_manifest
@@ -123,3 +123,20 @@ def test_meta_over_http_equals_local(small_compiled):
             for name, value in per.items():
                 assert np.array_equal(remote.stats[key][name], value)
         assert remote.root == server.url
+
+
+def test_meta_reads_retry_transient_faults(small_compiled):
+    local = DatasetMeta(str(small_compiled))
+    faults = Faults(unavailable=1.0, path_prefix="/meta/", max_faults=3)
+    with FaultyServer(small_compiled, faults=faults) as server:
+        meta = DatasetMeta(server.url, backoff_s=0.01)
+        assert meta.features == local.features and meta.episodes["length"] == local.episodes["length"]
+        assert sum(server.faults_injected().values()) == 3
+
+
+def test_a_dataset_without_stats_has_none(small_compiled, tmp_path):
+    root = tmp_path / "c"
+    shutil.copytree(small_compiled, root)
+    (root / "meta/stats.json").unlink()
+    meta = CompiledDataset(str(root)).meta
+    assert meta.stats is None and meta.fps == 20

@@ -176,7 +176,8 @@ class CompiledDataset(IterableDataset):
     def meta(self) -> DatasetMeta:
         """LeRobot-shaped metadata (``LeRobotDatasetMetadata``'s fields), read from meta/ on first use."""
         if self._meta is None:
-            self._meta = DatasetMeta(self.url, storage_options=self.store.storage_options)
+            self._meta = DatasetMeta(self.url, storage_options=self.store.storage_options, retries=self.retries,
+                                     backoff_s=self.backoff_s)
         return self._meta
 
     @property

@@ -16,6 +16,7 @@ have been edited, and drops the episode and task tables, which grow with the dat
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from roboreel.formats.lerobot_v3 import LeRobotSource, read_parquet
+from roboreel.formats.errors import SourceError
+from roboreel.formats.lerobot_v3 import (
+    EPISODES_PATH,
+    INFO_PATH,
+    STATS_PATH,
+    TASKS_PATH,
+    LeRobotSource,
+    SourceInfo,
+    read_parquet,
+)
+from roboreel.reader.source import retrying
 
 # LeRobot's language columns (lerobot.datasets.language.LANGUAGE_COLUMNS): their presence switches lerobot-train
 # to its language-aware collate.
@@ -92,12 +103,15 @@ class DatasetMeta:
         url: the compiled dataset root (local path or fsspec URL).
         storage_options: fsspec options (the dataset's).
         repo_id: the name LeRobot shows for the dataset (model cards, logs); default: the root's last path part.
+        retries, backoff_s: transient read faults retried per file, as the reader's (StreamOptions).
     """
 
-    def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None, repo_id: str | None = None) -> None:
+    def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None, repo_id: str | None = None,
+                 retries: int = 5, backoff_s: float = 0.2) -> None:
         self.url = str(url)
         self.storage_options = dict(storage_options or {})
         self.repo_id = repo_id or (self.url.rstrip("/").rsplit("/", 1)[-1] or self.url)
+        self.retries, self.backoff_s = retries, backoff_s
         self._source = LeRobotSource(self.url, storage_options=self.storage_options)
         self._info: dict[str, Any] | None = None
         self._stats: dict[str, dict[str, np.ndarray]] | None = None
@@ -110,6 +124,24 @@ class DatasetMeta:
         state["_tasks"], state["_episodes"] = None, None  # O(episodes): read again where needed
         return state
 
+    def _read(self, fn: Any, rel: str) -> Any:
+        return retrying(fn, name=f"{self.url.rstrip('/')}/{rel}", retries=self.retries, backoff_s=self.backoff_s)
+
+    def _json(self, rel: str, *, missing_ok: bool = False) -> Any:
+        """A JSON file of meta/. Opened directly, not after an ``exists`` check: over HTTP a transient 503 makes
+        ``exists`` False, which would turn a retryable fault into "no such file" (or silently into no stats)."""
+        try:
+            with self._source.open(rel) as f:
+                text = f.read()
+        except SourceError as e:
+            if missing_ok and isinstance(e.__cause__, FileNotFoundError):
+                return None
+            raise
+        try:
+            return json.loads(text)
+        except ValueError as e:
+            raise SourceError(f"not valid JSON: {e}", file=rel) from e
+
     def __repr__(self) -> str:
         return f"DatasetMeta({self.url!r}, repo_id={self.repo_id!r})"
 
@@ -118,7 +150,8 @@ class DatasetMeta:
     def info(self) -> dict[str, Any]:
         """meta/info.json as a dict (feature shapes as tuples, like LeRobot's ``DatasetInfo``)."""
         if self._info is None:
-            raw = copy.deepcopy(self._source.info.raw)
+            raw = copy.deepcopy(self._read(lambda: SourceInfo.from_dict(self._json(INFO_PATH), file=INFO_PATH),
+                                           INFO_PATH).raw)
             for feature in raw["features"].values():
                 if isinstance(feature.get("shape"), list):
                     feature["shape"] = tuple(feature["shape"])
@@ -204,7 +237,7 @@ class DatasetMeta:
     def stats(self) -> dict[str, dict[str, np.ndarray]] | None:
         """meta/stats.json as numpy arrays (None when the dataset has none). Mutable: edits stay on this object."""
         if not self._stats_read:
-            raw = self._source.stats
+            raw = self._read(lambda: self._json(STATS_PATH, missing_ok=True), STATS_PATH)
             self._stats = None if raw is None else stats_to_numpy(raw)
             self._stats_read = True
         return self._stats
@@ -223,7 +256,7 @@ class DatasetMeta:
             except ImportError as e:
                 raise ImportError("DatasetMeta.tasks is a pandas DataFrame, as in LeRobot: pip install pandas "
                                   "(task strings without pandas: DatasetMeta.task_names)") from e
-            by_index = sorted(self._source.tasks.items())
+            by_index = sorted(self._tasks_by_index().items())
             self._tasks = pd.DataFrame({"task_index": np.array([i for i, _ in by_index], dtype=np.int64)},
                                        index=pd.Index([t for _, t in by_index], name="task"))
         return self._tasks
@@ -231,20 +264,23 @@ class DatasetMeta:
     @property
     def task_names(self) -> list[str]:
         """Task strings in task_index order (no pandas needed)."""
-        by_index = self._source.tasks
+        by_index = self._tasks_by_index()
         return [by_index[i] for i in sorted(by_index)]
+
+    def _tasks_by_index(self) -> dict[int, str]:
+        return self._read(lambda: self._source.tasks, TASKS_PATH)
 
     @property
     def episodes(self) -> EpisodeTable:
-        """meta/episodes (every file, rows by episode_index), without the ``stats/`` columns."""
+        """meta/episodes (rows by episode_index), without the ``stats/`` columns. A compiled dataset has exactly
+        one episodes file (compile/finalize.py writes chunk 0, file 0), so nothing is listed: listings are not
+        available over plain HTTP, and probing for files would mistake a transient fault for the end."""
         if self._episodes is None:
-            src = self._source
-            tables = [read_parquet(src.fs, src.path(rel), rel) for rel in src.episode_files()]
-            table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
-            table = table.sort_by("episode_index")
+            src, rel = self._source, EPISODES_PATH.format(chunk_index=0, file_index=0)
+            table = self._read(lambda: read_parquet(src.fs, src.path(rel), rel), rel).sort_by("episode_index")
             self._episodes = EpisodeTable(table)
         return self._episodes
 
     def get_task_index(self, task: str) -> int | None:
-        found = [i for i, t in self._source.tasks.items() if t == task]
+        found = [i for i, t in self._tasks_by_index().items() if t == task]
         return found[0] if found else None

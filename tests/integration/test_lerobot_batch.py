@@ -6,6 +6,7 @@ same index (tabular values exactly, frames by pixel code). Also: the resume posi
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 
@@ -109,3 +110,16 @@ def test_unsupported_options_are_refused_by_name(lerobot_pair):
     cfg.dataset = dataclasses.replace(cfg.dataset, eval_split=0.2)
     with pytest.raises(ValueError, match="eval_split=0.2 is not supported"):
         roboreel_datasets(cfg)
+
+
+def test_a_remote_root_gives_the_same_batches(lerobot_pair):
+    from support.httpserver import FaultyServer
+
+    _, compiled = lerobot_pair
+    local, _ = roboreel_datasets(_cfg(compiled))
+    want = [batch_indices(b) for b in itertools.islice(torch.utils.data.DataLoader(local, batch_size=BATCH), 3)]
+    with FaultyServer(compiled) as server:
+        remote, _ = roboreel_datasets(_cfg(server.url))
+        assert remote.meta.features == local.meta.features and remote.meta.repo_id == REPO_ID
+        got = [batch_indices(b) for b in itertools.islice(torch.utils.data.DataLoader(remote, batch_size=BATCH), 3)]
+    assert got == want
