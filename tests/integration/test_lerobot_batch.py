@@ -123,3 +123,21 @@ def test_a_remote_root_gives_the_same_batches(lerobot_pair):
         assert remote.meta.features == local.meta.features and remote.meta.repo_id == REPO_ID
         got = [batch_indices(b) for b in itertools.islice(torch.utils.data.DataLoader(remote, batch_size=BATCH), 3)]
     assert got == want
+
+
+def test_every_pass_through_the_prepared_loader_is_a_new_epoch(lerobot_pair):
+    from accelerate import Accelerator
+    from lerobot.utils.utils import cycle
+
+    from roboreel.integrations.lerobot.launch import patched
+
+    _, compiled = lerobot_pair
+    ds, _ = roboreel_datasets(_cfg(compiled))
+    with patched():
+        loader = Accelerator(cpu=True).prepare(torch.utils.data.DataLoader(ds, batch_size=BATCH))
+    per_epoch = len(loader)
+    assert per_epoch == math.ceil(ds.num_frames / BATCH)
+    got = [batch_indices(b) for b in itertools.islice(cycle(loader), 2 * per_epoch)]  # as lerobot-train loops
+    fresh, _ = roboreel_datasets(_cfg(compiled))
+    assert got == [batch_indices(b) for e in (0, 1) for b in _epoch(fresh, e)]
+    assert got[:per_epoch] != got[per_epoch:]  # reshuffled
