@@ -34,7 +34,7 @@ from roboreel.formats.lerobot_v3 import (
     SourceInfo,
     read_parquet,
 )
-from roboreel.reader.source import retrying
+from roboreel.reader.source import http_defaults, retrying
 
 # LeRobot's language columns (lerobot.datasets.language.LANGUAGE_COLUMNS): their presence switches lerobot-train
 # to its language-aware collate.
@@ -101,7 +101,7 @@ class DatasetMeta:
 
     Args:
         url: the compiled dataset root (local path or fsspec URL).
-        storage_options: fsspec options (the dataset's).
+        storage_options: fsspec options (the dataset's; http(s) gets the reader's per-read timeout unless set).
         repo_id: the name LeRobot shows for the dataset (model cards, logs); default: the root's last path part.
         retries, backoff_s: transient read faults retried per file, as the reader's (StreamOptions).
     """
@@ -109,7 +109,7 @@ class DatasetMeta:
     def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None, repo_id: str | None = None,
                  retries: int = 5, backoff_s: float = 0.2) -> None:
         self.url = str(url)
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = http_defaults(self.url, storage_options)  # a per-read timeout over http(s)
         self.repo_id = repo_id or (self.url.rstrip("/").rsplit("/", 1)[-1] or self.url)
         self.retries, self.backoff_s = retries, backoff_s
         self._source = LeRobotSource(self.url, storage_options=self.storage_options)
