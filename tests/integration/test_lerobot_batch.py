@@ -107,9 +107,28 @@ def test_unsupported_options_are_refused_by_name(lerobot_pair):
     with pytest.raises(ValueError, match="needs --dataset.root"):
         roboreel_datasets(cfg)
     cfg = _cfg(compiled)
-    cfg.dataset = dataclasses.replace(cfg.dataset, eval_split=0.2)
-    with pytest.raises(ValueError, match="eval_split=0.2 is not supported"):
+    cfg.dataset = dataclasses.replace(cfg.dataset, eval_split=0.9)
+    with pytest.raises(ValueError, match="eval_split=0.9 leaves 0 training episodes of 6"):
         roboreel_datasets(cfg)
+
+
+@pytest.mark.parametrize("episodes", [None, [0, 1, 2, 4, 5]])
+def test_eval_split_holds_out_lerobots_episodes(lerobot_pair, episodes):
+    source, compiled = lerobot_pair
+    mine, theirs = _cfg(compiled), _cfg(source)
+    for cfg in (mine, theirs):
+        cfg.dataset = dataclasses.replace(cfg.dataset, eval_split=0.4, episodes=episodes)
+    (train, held_out), (want_train, want_eval) = roboreel_datasets(mine), lerobot_datasets(theirs)
+    assert (train.episodes, held_out.episodes) == (sorted(want_train.episodes), sorted(want_eval.episodes))
+    assert held_out.episodes and not set(train.episodes) & set(held_out.episodes)
+    assert held_out.shuffle is False and held_out.image_transforms is None
+    seen = [i for b in torch.utils.data.DataLoader(held_out, batch_size=BATCH) for i in batch_indices(b)]
+    assert seen == sorted(i for e in held_out.episodes for i in _frames(held_out, e))  # file order, every frame
+
+
+def _frames(ds, episode):
+    row = ds.meta.episodes[episode]
+    return range(row["dataset_from_index"], row["dataset_to_index"])
 
 
 def test_a_remote_root_gives_the_same_batches(lerobot_pair):

@@ -1,5 +1,6 @@
 """``roboreel lerobot-train`` is LeRobot's lerobot-train on a compiled dataset: real runs of a tiny ACT (through
-train_probe.py, which records the batches LeRobot's loop takes) with 0 and 2 DataLoader workers, a ``--resume``
+train_probe.py, which records the batches LeRobot's loop takes) with 0 and 2 DataLoader workers (and held-out
+episodes evaluated), a ``--resume``
 that continues the data stream exactly, and a 2-process ``accelerate launch`` run on the CPU (gloo) where each rank reads its
 own split: disjoint samples, the same number of steps, no hang. The expected streams are CompiledDataset's own,
 built here with the arguments the adapter must have used."""
@@ -19,7 +20,8 @@ import torch  # noqa: E402
 from lerobot_support import ACT_CHUNK, REPO_ID, TINY_ACT, free_port, run_train  # noqa: E402
 from support.datasets import batch_indices  # noqa: E402
 
-from roboreel.reader import CompiledDataset  # noqa: E402
+from roboreel.integrations.lerobot.datasets import split_episodes  # noqa: E402
+from roboreel.reader import CompiledDataset, DatasetMeta  # noqa: E402
 
 BATCH, SEED, FPS = 4, 7, 10
 
@@ -30,10 +32,11 @@ def _args(compiled, out, *, steps, workers):
             "--wandb.enable=false"]
 
 
-def _expected(compiled, n, *, rank=0, world_size=1, workers=0):
+def _expected(compiled, n, *, rank=0, world_size=1, workers=0, episodes=None):
     """The first ``n`` batches' sample indices of the stream the adapter must build for this rank."""
     ds = CompiledDataset(str(compiled), delta_timestamps={"action": [i / FPS for i in range(ACT_CHUNK)]},
-                         return_uint8=True, seed=SEED, batch_size=BATCH, rank=rank, world_size=world_size)
+                         return_uint8=True, seed=SEED, batch_size=BATCH, rank=rank, world_size=world_size,
+                         episodes=episodes)
     ds.set_epoch(0)
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=workers,
                                          multiprocessing_context="spawn" if workers else None)
@@ -73,12 +76,14 @@ def test_train_then_resume_without_workers(lerobot_pair, tmp_path):
     assert (out / "checkpoints/000003/pretrained_model/model.safetensors").exists()
 
 
-def test_train_with_two_workers(lerobot_pair, tmp_path):
+def test_train_with_two_workers_and_held_out_episodes(lerobot_pair, tmp_path):
     _, compiled = lerobot_pair
-    run = run_train(_args(compiled, tmp_path / "out", steps=2, workers=2), tmp_path / "probe")
+    extra = ["--dataset.eval_split=0.4", "--eval_steps=2"]
+    run = run_train(_args(compiled, tmp_path / "out", steps=2, workers=2) + extra, tmp_path / "probe")
     _ok(run)
-    assert "step:2 " in run.log
-    assert _indices(run) == _expected(compiled, 2, workers=2)
+    assert "step:2 " in run.log and "step 2: eval_loss=" in run.log  # the held-out episodes were read
+    train, _ = split_episodes(DatasetMeta(str(compiled)), None, 0.4)
+    assert _indices(run) == _expected(compiled, 2, workers=2, episodes=train)
 
 
 def test_accelerate_two_processes_read_disjoint_splits_in_equal_steps(lerobot_pair, tmp_path):

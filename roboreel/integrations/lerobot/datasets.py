@@ -6,7 +6,9 @@ uint8 frames (lerobot-train divides camera keys by 255 itself), ``--dataset.epis
 ``--tolerance_s``, ImageNet stats written into ``meta.stats`` for non-depth cameras. What it changes: the order is
 roboreel's episode-pool shuffle, seeded by ``--seed``, instead of LeRobot's EpisodeAwareSampler; the dataset is
 iterable, so ``cfg.dataset.streaming`` is set to true (lerobot-train then builds its DataLoader without a sampler);
-on ``--resume`` the stream continues after the last sample the checkpointed step consumed.
+on ``--resume`` the stream continues after the last sample the checkpointed step consumed; with
+``--dataset.eval_split`` the held-out episodes are LeRobot's and are read in file order (all of them: LeRobot's
+``--max_eval_samples`` subset needs its map-style dataset).
 """
 
 from __future__ import annotations
@@ -25,12 +27,11 @@ from roboreel.reader.plan import detect_rank
 logger = logging.getLogger(__name__)
 
 
-def make_train_eval_datasets(cfg: Any) -> tuple[CompiledDataset, None]:
-    """``lerobot.datasets.factory.make_train_eval_datasets`` for a compiled dataset at ``--dataset.root``."""
-    import torch
+def make_train_eval_datasets(cfg: Any) -> tuple[CompiledDataset, CompiledDataset | None]:
+    """``lerobot.datasets.factory.make_train_eval_datasets`` for a compiled dataset at ``--dataset.root``: the
+    training dataset, and with ``--dataset.eval_split`` the held-out one (LeRobot's split: the last
+    ``ceil(n * eval_split)`` episodes of every task)."""
     from lerobot.datasets.factory import resolve_delta_timestamps
-    from lerobot.transforms import ImageTransforms
-    from lerobot.utils.constants import IMAGENET_STATS
 
     data = cfg.dataset
     if not isinstance(data.repo_id, str):
@@ -38,27 +39,62 @@ def make_train_eval_datasets(cfg: Any) -> tuple[CompiledDataset, None]:
     if not data.root:
         raise ValueError("roboreel lerobot-train needs --dataset.root=<compiled dataset> (a local path or URL; "
                          "compile one with `roboreel compile SRC OUT`)")
-    if data.eval_split:
-        raise ValueError(f"--dataset.eval_split={data.eval_split} is not supported by roboreel lerobot-train yet; "
-                         "hold episodes out with --dataset.episodes=[...] instead")
     url = str(data.root)
-    delta_timestamps = resolve_delta_timestamps(cfg.trainable_config, DatasetMeta(url))
+    meta = DatasetMeta(url, repo_id=data.repo_id)
+    delta_timestamps = resolve_delta_timestamps(cfg.trainable_config, meta)
+    train_episodes, eval_episodes = data.episodes, None
+    if data.eval_split:
+        train_episodes, eval_episodes = split_episodes(meta, data.episodes, data.eval_split)
+        logger.info("roboreel: train/eval split: %d train, %d eval episodes (eval_split=%s)", len(train_episodes),
+                    len(eval_episodes), data.eval_split)
+    dataset = _dataset(cfg, url, delta_timestamps, train_episodes, train=True)
+    evaluation = None if eval_episodes is None else _dataset(cfg, url, delta_timestamps, eval_episodes, train=False)
+    data.streaming = True  # an iterable dataset: lerobot-train builds its DataLoader with no sampler, no shuffle
+    if cfg.resume:
+        resume(dataset, cfg)
+    return dataset, evaluation
+
+
+def split_episodes(meta: DatasetMeta, episodes: list[int] | None, eval_split: float) -> tuple[list[int], list[int]]:
+    """LeRobot's train/eval split: episodes grouped by their first task, the last ``ceil(n * eval_split)`` of
+    each group held out."""
+    base = list(episodes) if episodes is not None else meta.episodes["episode_index"]
+    tasks = dict(zip(meta.episodes["episode_index"], meta.episodes["tasks"], strict=True))
+    by_task: dict[str, list[int]] = {}
+    for episode in base:
+        by_task.setdefault(tasks[episode][0] if tasks[episode] else "", []).append(episode)
+    train, held_out = [], []
+    for group in by_task.values():
+        n_eval = math.ceil(len(group) * eval_split)
+        train.extend(group[: len(group) - n_eval])
+        held_out.extend(group[len(group) - n_eval :])
+    if not train:
+        raise ValueError(f"--dataset.eval_split={eval_split} leaves 0 training episodes of {len(base)}")
+    return train, held_out
+
+
+def _dataset(cfg: Any, url: str, delta_timestamps: dict[str, list[float]] | None, episodes: list[int] | None, *,
+             train: bool) -> CompiledDataset:
+    import torch
+    from lerobot.transforms import ImageTransforms
+    from lerobot.utils.constants import IMAGENET_STATS
+
+    data = cfg.dataset
     rank, world_size = detect_rank(None, None)  # fixed here, so workers (spawned or forked) need not detect it
     dataset = CompiledDataset(
         url,
         delta_timestamps=delta_timestamps,
-        episodes=data.episodes,
-        image_transforms=ImageTransforms(data.image_transforms) if data.image_transforms.enable else None,
+        episodes=episodes,
+        image_transforms=ImageTransforms(data.image_transforms) if train and data.image_transforms.enable else None,
         return_uint8=True,
         seed=cfg.seed if cfg.seed is not None else 0,
-        shuffle=True,
+        shuffle=train,  # evaluation reads in file order, as LeRobot's eval DataLoader (shuffle=False)
         rank=rank,
         world_size=world_size,
         batch_size=cfg.batch_size,  # whole batches per worker: len(DataLoader) exact, equal steps on every rank
         decode=DecodeOptions(tolerance_s=cfg.tolerance_s),
     )
     dataset.meta.repo_id = data.repo_id
-    data.streaming = True  # an iterable dataset: lerobot-train builds its DataLoader with no sampler, no shuffle
     if data.use_imagenet_stats:
         stats = dataset.meta.stats
         if stats is None:
@@ -68,9 +104,7 @@ def make_train_eval_datasets(cfg: Any) -> tuple[CompiledDataset, None]:
                 continue
             for name, value in IMAGENET_STATS.items():
                 stats.setdefault(key, {})[name] = torch.tensor(value, dtype=torch.float32)
-    if cfg.resume:
-        resume(dataset, cfg)
-    return dataset, None
+    return dataset
 
 
 def resume(dataset: CompiledDataset, cfg: Any) -> None:
