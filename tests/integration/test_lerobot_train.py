@@ -1,9 +1,8 @@
-"""``roboreel lerobot-train`` is LeRobot's lerobot-train on a compiled dataset: real runs of a tiny ACT (through
-train_probe.py, which records the batches LeRobot's loop takes) with 0 and 2 DataLoader workers (and held-out
-episodes evaluated), a ``--resume``
-that continues the data stream exactly, and a 2-process ``accelerate launch`` run on the CPU (gloo) where each rank reads its
-own split: disjoint samples, the same number of steps, no hang. The expected streams are CompiledDataset's own,
-built here with the arguments the adapter must have used."""
+"""``roboreel lerobot-train`` is LeRobot's lerobot-train on a compiled dataset. Real runs of a tiny ACT through
+train_probe.py (which records the batches LeRobot's loop takes): 0 and 2 DataLoader workers (with held-out
+episodes evaluated), a ``--resume`` that continues the data stream exactly, and a 2-process ``accelerate launch``
+on the CPU (gloo) where each rank reads its own split: disjoint samples, the same number of steps, no hang. The
+expected streams are CompiledDataset's own, built here with the arguments the adapter must have used."""
 
 from __future__ import annotations
 
