@@ -1,8 +1,14 @@
-"""Constants and helpers of the LeRobot integration suite (a module of its own: ``conftest`` is a name
-tests/conftest.py already holds)."""
+"""The LeRobot integration suite's data, constants and helpers: roboreel held against the real LeRobot 0.6.1 (its
+metadata, policies, LeRobotDataset samples, ``lerobot-train``, accelerate). The suite runs inside a venv that has
+LeRobot (``scripts/ci_lerobot.sh VENV``); every module skips cleanly where ``import lerobot`` fails.
+
+Not a conftest.py: tests/support imports ``conftest`` by name, which must stay tests/conftest.py. Test modules
+import the ``lerobot_pair`` fixture from here (as ``lerobot_pair_fixture``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,6 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).resolve().parent / "train_probe.py"
@@ -24,6 +32,28 @@ TINY_ACT = ["--policy.type=act", "--policy.device=cpu", "--policy.pretrained_bac
 ACT_CHUNK = 4
 # A run never waits on another rank forever: a hang fails the test (after this long) instead of the job.
 RUN_TIMEOUT_S = float(os.environ.get("ROBOREEL_LEROBOT_TIMEOUT_S", "600"))
+
+
+_PAIR: list[tuple[Path, Path]] = []  # one per session, whichever module asks first
+
+
+@pytest.fixture(scope="session", name="lerobot_pair")
+def lerobot_pair_fixture(tmp_path_factory) -> tuple[Path, Path]:
+    """(source, compiled): a LeRobot v3 source with real AV1 mp4s (6 episodes, 1 camera, 48x64, fps 10: a tiny
+    ACT trains on it at well under a second per step) and its roboreel compile (3 shards), made once, in this
+    venv (roboreel's compile works with LeRobot's PyAV 15)."""
+    if not _PAIR:
+        from roboreel.compile import CompileSettings, compile_dataset
+        from roboreel.synth import SynthConfig, synthesize
+
+        root = tmp_path_factory.mktemp("lerobot")
+        src, out = root / "src", root / "compiled"
+        synthesize(src, SynthConfig(episodes=6, min_length=20, max_length=30, fps=10,
+                                    cameras=("observation.images.top",), height=48, width=64, tasks=2))
+        settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2)
+        compile_dataset(str(src), str(out), settings=settings, workers=1)
+        _PAIR.append((src, out))
+    return _PAIR[0]
 
 
 def train_env(probe_dir: Path) -> dict[str, str]:

@@ -20,7 +20,7 @@ from lerobot.configs.train import TrainPipelineConfig  # noqa: E402
 from lerobot.datasets.factory import make_train_eval_datasets as lerobot_datasets  # noqa: E402
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig  # noqa: E402
 from lerobot.utils.constants import IMAGENET_STATS  # noqa: E402
-from lerobot_support import REPO_ID  # noqa: E402
+from lerobot_support import REPO_ID, lerobot_pair_fixture  # noqa: E402, F401
 from support.datasets import assert_same_sample, batch_indices  # noqa: E402
 
 from roboreel.integrations.lerobot.datasets import make_train_eval_datasets as roboreel_datasets  # noqa: E402

@@ -14,7 +14,7 @@ from lerobot.datasets.factory import resolve_delta_timestamps  # noqa: E402
 from lerobot.policies import make_policy, make_pre_post_processors  # noqa: E402
 from lerobot.policies.act.configuration_act import ACTConfig  # noqa: E402
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig  # noqa: E402
-from lerobot_support import REPO_ID  # noqa: E402
+from lerobot_support import REPO_ID, lerobot_pair_fixture  # noqa: E402, F401
 
 from roboreel.reader import CompiledDataset  # noqa: E402
 

@@ -16,7 +16,7 @@ pytest.importorskip("lerobot.scripts.lerobot_train", reason="needs the real LeRo
 pytest.importorskip("accelerate", reason="lerobot-train needs accelerate")
 
 import torch  # noqa: E402
-from lerobot_support import ACT_CHUNK, REPO_ID, TINY_ACT, free_port, run_train  # noqa: E402
+from lerobot_support import ACT_CHUNK, REPO_ID, TINY_ACT, free_port, lerobot_pair_fixture, run_train  # noqa: E402, F401
 from support.datasets import batch_indices  # noqa: E402
 
 from roboreel.integrations.lerobot.datasets import split_episodes  # noqa: E402
