@@ -6,7 +6,7 @@ from typing import Any
 
 from roboreel._version import __version__
 
-__all__ = ["CompiledDataset", "__version__", "loader"]
+__all__ = ["CompiledDataset", "DecodeOptions", "StreamOptions", "__version__", "loader"]
 
 
 def __getattr__(name: str) -> Any:
@@ -15,6 +15,10 @@ def __getattr__(name: str) -> Any:
         from roboreel.reader.dataset import CompiledDataset
 
         return CompiledDataset
+    if name in ("DecodeOptions", "StreamOptions"):
+        from roboreel.reader import options
+
+        return getattr(options, name)
     if name == "loader":
         from roboreel.reader.loader import loader
 

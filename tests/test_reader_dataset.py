@@ -9,7 +9,7 @@ from support.datasets import assert_same_sample, codes, compiled_pair
 
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
-from roboreel.reader import CompiledDataset
+from roboreel.reader import CompiledDataset, DecodeOptions
 from roboreel.reader.decode import (
     DEFAULT_RUN_CACHE_BYTES,
     Clip,
@@ -180,15 +180,15 @@ def test_frame_timestamp_check_names_the_clip(medium):
 def test_arguments_are_checked(medium, tmp_path):
     _, compiled = medium
     with pytest.raises(ValueError, match="decode_device"):
-        CompiledDataset(str(compiled), decode_device="tpu")
+        CompiledDataset(str(compiled), decode=DecodeOptions(device="tpu"))
     with pytest.raises(ValueError, match=r"episodes \[999\]"):
         CompiledDataset(str(compiled), episodes=[1, 999])
     with pytest.raises(ValueError, match="'actions' is not a feature"):
         CompiledDataset(str(compiled), delta_timestamps={"actions": [0.0]})
     with pytest.raises(ValueError, match="frame_order"):
-        CompiledDataset(str(compiled), frame_order="gop")
-    with pytest.raises(ValueError, match="decode_cache_mb must be a number >= 0, got -1"):
-        CompiledDataset(str(compiled), decode_cache_mb=-1)
+        DecodeOptions(frame_order="gop")
+    with pytest.raises(ValueError, match="DecodeOptions.cache_mb must be a number >= 0, got -1"):
+        DecodeOptions(cache_mb=-1)
     with pytest.raises(CompiledFormatError, match="no manifest"):
         CompiledDataset(str(tmp_path))
 

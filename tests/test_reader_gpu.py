@@ -21,7 +21,7 @@ from support.resume import assert_same_batches
 from torch.utils.data import DataLoader
 
 import roboreel
-from roboreel.reader import CompiledDataset, DeviceLoader
+from roboreel.reader import CompiledDataset, DecodeOptions, DeviceLoader
 from roboreel.reader.decode import Clip
 from roboreel.reader.deferred import ClipStore, assemble, collate_pending
 from roboreel.reader.gpu import DeviceDecoders
@@ -54,8 +54,8 @@ def large(tmp_path_factory):
 
 def _make(path, *, epoch=0, device="cpu", **kw):
     def make():
-        ds = CompiledDataset(str(path), delta_timestamps=WINDOWS, episode_pool_size=3, seed=5, decode_device=device,
-                             **kw)
+        ds = CompiledDataset(str(path), delta_timestamps=WINDOWS, episode_pool_size=3, seed=5,
+                             decode=DecodeOptions(device=device), **kw)
         ds.set_epoch(epoch)
         return ds
 
@@ -84,9 +84,9 @@ def test_decode_device_spelling_is_checked():
 @no_cuda
 def test_cuda_without_a_device_raises_unless_falling_back_to_cpu(compiled, caplog):
     with pytest.raises(RuntimeError, match=r"no CUDA device: torch.cuda.is_available\(\) is False"):
-        CompiledDataset(str(compiled), decode_device="cuda")
+        CompiledDataset(str(compiled), decode=DecodeOptions(device="cuda"))
     with caplog.at_level(logging.WARNING, logger=ROUTING_LOG):
-        ds = CompiledDataset(str(compiled), decode_device="cuda:0", decode_fallback="cpu")
+        ds = CompiledDataset(str(compiled), decode=DecodeOptions(device="cuda:0", fallback="cpu"))
     assert ds.decode_device == "cpu"
     assert [r.getMessage() for r in caplog.records if r.name == ROUTING_LOG] == [
         "decode_device='cuda:0': no CUDA device (torch.cuda.is_available() is False (torch "
@@ -329,7 +329,7 @@ def test_gpu_dataset_is_not_iterated_in_workers(compiled):
     with pytest.raises(RuntimeError, match=r"roboreel.loader"):
         next(iter(DataLoader(ds, batch_size=2, num_workers=2)))
     with pytest.raises(RuntimeError, match=r"no CUDA device: cuda:\d+ asked for"):
-        CompiledDataset(str(compiled), decode_device=f"cuda:{torch.cuda.device_count()}")
+        CompiledDataset(str(compiled), decode=DecodeOptions(device=f"cuda:{torch.cuda.device_count()}"))
 
 
 @pytest.mark.needs_cuda

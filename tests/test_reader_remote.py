@@ -11,7 +11,7 @@ from support.httpserver import Faults, FaultyServer
 from support.resume import assert_same_batches
 
 from roboreel.formats.errors import ShardReadError
-from roboreel.reader import CompiledDataset
+from roboreel.reader import CompiledDataset, StreamOptions
 from roboreel.reader.plan import World
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -23,8 +23,9 @@ def compiled(tmp_path_factory):  # 4 shards
     return compiled_pair(tmp_path_factory, episodes_per_shard=2)[1]
 
 
-def run(url, *, num_workers=2, **kw):
-    ds = CompiledDataset(url, delta_timestamps=WINDOWS, episode_pool_size=3, seed=9, backoff_s=0.01, **kw)
+def run(url, *, num_workers=2, storage_options=None, **kw):
+    ds = CompiledDataset(url, delta_timestamps=WINDOWS, episode_pool_size=3, seed=9,
+                         stream=StreamOptions(backoff_s=0.01, storage_options=storage_options), **kw)
     return ds, list(torch.utils.data.DataLoader(ds, batch_size=8, num_workers=num_workers))
 
 
@@ -92,7 +93,7 @@ def test_stalled_responses_time_out_and_retry(compiled):
 
 def test_manifest_fetch_is_retried(compiled):
     with FaultyServer(compiled, faults=Faults(unavailable=1.0, path_prefix="/roboreel.json", max_faults=2)) as srv:
-        ds = CompiledDataset(srv.url, backoff_s=0.01)
+        ds = CompiledDataset(srv.url, stream=StreamOptions(backoff_s=0.01))
     assert ds.manifest.num_episodes == 8
 
 
@@ -108,7 +109,7 @@ def test_index_fetches_are_retried(compiled):
 
 def test_persistent_failure_names_the_shard(compiled):
     with FaultyServer(compiled, faults=Faults(unavailable=1.0, path_prefix="/shards/")) as server:
-        ds = CompiledDataset(server.url, retries=2, backoff_s=0.01, shuffle=False)
+        ds = CompiledDataset(server.url, stream=StreamOptions(retries=2, backoff_s=0.01), shuffle=False)
         with pytest.raises(ShardReadError, match=r"3 attempts\): HTTP 503.*shards/shard-000000\.tar"):
             list(ds)
         assert len(shard_gets(server)) == 3  # 1 + 2 retries, then give up

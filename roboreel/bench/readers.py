@@ -107,9 +107,10 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
     dts = delta_timestamps(mode)
     if reader == "compiled":
         from roboreel.reader import CompiledDataset
+        from roboreel.reader.options import DecodeOptions, StreamOptions
 
-        kwargs: dict[str, Any] = {"delta_timestamps": dts, "seed": seed, "decode_device": decode_device,
-                                  "storage_options": storage_options, "return_uint8": uint8}
+        kwargs: dict[str, Any] = {"delta_timestamps": dts, "seed": seed, "decode": DecodeOptions(device=decode_device),
+                                  "stream": StreamOptions(storage_options=storage_options), "return_uint8": uint8}
         if pool_size:
             kwargs["episode_pool_size"] = pool_size
         ds = CompiledDataset(compiled, **kwargs)

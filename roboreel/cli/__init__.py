@@ -10,7 +10,10 @@ import importlib
 import logging
 import sys
 
-_VERBS = ("synth", "compile", "validate", "inspect", "bench", "doctor", "demo")
+_VERBS = ("synth", "compile", "validate", "inspect", "bench", "doctor", "demo", "lerobot_train")
+# Verbs whose arguments belong to another program: everything after the verb is passed on untouched
+# (argparse would otherwise claim --help, -v, or refuse options it does not know) as ``args.passthrough``.
+_PASSTHROUGH = ("lerobot-train",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,9 +29,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """(roboreel's part, the passed-on part or None): split after a passthrough verb that follows global flags."""
+    for i, token in enumerate(argv):
+        if token in _PASSTHROUGH:
+            return argv[: i + 1], argv[i + 1 :]
+        if not token.startswith("-"):
+            break
+    return argv, None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    own, passthrough = _split_passthrough(sys.argv[1:] if argv is None else list(argv))
+    args = parser.parse_args(own)
+    if passthrough is not None:
+        args.passthrough = passthrough
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:

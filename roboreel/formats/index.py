@@ -226,10 +226,11 @@ def write_index(root: str | os.PathLike[str], shards: Sequence[ShardEntry],
 
 # -- reading -----------------------------------------------------------------------------------------------
 class Lengths:
-    """Episode index -> length over two sorted arrays (a dict would cost ~100 bytes an episode)."""
+    """Episode index -> length over two sorted arrays (a dict would cost ~100 bytes an episode). Reads like a
+    mapping (``[e]``, ``in``, ``len``, ``keys()``/``values()``/``items()``); ``ids`` and ``array`` are the arrays."""
 
     def __init__(self, ids: np.ndarray, lengths: np.ndarray) -> None:
-        self.ids, self.values = ids, lengths
+        self.ids, self.array = ids, lengths
 
     def row(self, episode: int) -> int:
         i = int(np.searchsorted(self.ids, episode))
@@ -238,7 +239,7 @@ class Lengths:
         return i
 
     def __getitem__(self, episode: int) -> int:
-        return int(self.values[self.row(episode)])
+        return int(self.array[self.row(episode)])
 
     def __contains__(self, episode: object) -> bool:
         try:
@@ -249,6 +250,18 @@ class Lengths:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ids.tolist())
+
+    def keys(self) -> list[int]:
+        return self.ids.tolist()
+
+    def values(self) -> list[int]:
+        return self.array.tolist()
+
+    def items(self) -> Iterator[tuple[int, int]]:
+        return zip(self.ids.tolist(), self.array.tolist(), strict=True)
 
     def get(self, episode: int, default: Any = None) -> Any:
         try:

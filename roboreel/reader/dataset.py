@@ -25,10 +25,12 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from roboreel.formats.index import FileIndex
 from roboreel.formats.manifest import Manifest, load_manifest
-from roboreel.reader.decode import DEFAULT_RUN_CACHE_BYTES, ClipDecoders, PendingSample, materialize
+from roboreel.reader.decode import ClipDecoders, PendingSample, materialize
 from roboreel.reader.deferred import ship_once
 from roboreel.reader.forksafe import isolate_inherited_heap
 from roboreel.reader.heap import pin_mmap_threshold, release_free_memory
+from roboreel.reader.meta import DatasetMeta
+from roboreel.reader.options import DecodeOptions, StreamOptions, legacy_options
 from roboreel.reader.plan import (
     Selection,
     Slice,
@@ -44,8 +46,6 @@ from roboreel.reader.plan import (
     worker_quotas,
 )
 from roboreel.reader.pool import (
-    FRAME_ORDERS,
-    FrameOrder,
     LoadedEpisode,
     PoolSchedule,
     pending_samples,
@@ -53,7 +53,7 @@ from roboreel.reader.pool import (
 )
 from roboreel.reader.prefetch import Prefetcher
 from roboreel.reader.resume import loader_position
-from roboreel.reader.routing import DecodeFallback, resolve_decode_device
+from roboreel.reader.routing import resolve_decode_device
 from roboreel.reader.source import SliceReader, Store, retrying
 from roboreel.reader.stats import Flusher, SharedCounters
 from roboreel.reader.windows import delta_offsets
@@ -84,22 +84,20 @@ class CompiledDataset(IterableDataset):
         episode_pool_size: whole episodes each consumer keeps (compressed) and draws frames across. Default 16.
         seed: base of every random decision. Order is a pure function of (seed, epoch, rank, worker).
         shuffle: False reads in file order (episodes in order, frames in order).
-        decode_device: "cpu", or "cuda" / "cuda:N": decode on that GPU, reading the dataset through
-            ``roboreel.loader(dataset, ...)`` (docs/gpu.md). Clips the GPU cannot decode fall back to the CPU.
-        decode_fallback: "error" (default): "cuda" without a CUDA device raises RuntimeError("no CUDA device:
-            ..."); "cpu": log one warning and decode on the CPU.
         image_transforms: callable applied to every camera tensor.
         return_uint8: camera tensors as uint8 instead of float32 in [0, 1].
-        tolerance_s: max distance between a decoded frame's pts and the timestamp it must show.
         rank, world_size: distributed position; default from torch.distributed, else RANK/WORLD_SIZE, else (0, 1).
-        frame_order: order of an episode's frames inside the pool: "segments" (GOP runs, fast) or "random".
-        decode_batch: pending samples decoded together (one sorted call per clip among them).
-        decode_cache_mb: decoded frames each consumer may hold ahead of their samples, in MiB: a GOP run is decoded
-            in one call when its first frame is asked (docs/reader.md, "Decode and memory"). 0 turns it off.
-        readahead: episode records fetched ahead of the pool by a background thread.
-        verify_checksums: check every member's sha256 against the manifest while streaming.
-        retries, backoff_s: transient read faults retried per shard (exponential backoff from ``backoff_s``).
-        storage_options: passed to fsspec.
+        equal_steps: every rank emits the same number of samples (default: True when world_size > 1).
+        batch_size: the DataLoader's batch size: workers then emit whole batches, so ``len(DataLoader)`` is exact.
+        stream: transport knobs (readahead, retries, backoff_s, verify_checksums, storage_options), a
+            ``roboreel.StreamOptions``.
+        decode: decode knobs (device, fallback, batch, cache_mb, tolerance_s, frame_order), a
+            ``roboreel.DecodeOptions``. The old flat keywords (``retries=``, ``decode_device=``, ...) still work
+            and warn (DeprecationWarning) with the new spelling.
+
+    ``meta`` is the dataset's LeRobot-shaped metadata (features, fps, stats, tasks, episodes; read on first use),
+    ``num_frames`` / ``num_episodes`` count the whole selection (all ranks), like LeRobotDataset; ``len()`` is
+    this rank's share.
 
     Call ``set_epoch(epoch)`` at the start of every epoch (as with DistributedSampler); see docs/reader.md.
     """
@@ -113,48 +111,37 @@ class CompiledDataset(IterableDataset):
         episode_pool_size: int = DEFAULT_POOL_SIZE,
         seed: int = 0,
         shuffle: bool = True,
-        decode_device: str = "cpu",
-        decode_fallback: DecodeFallback = "error",
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         return_uint8: bool = False,
-        tolerance_s: float = 1e-4,
         rank: int | None = None,
         world_size: int | None = None,
-        frame_order: FrameOrder = "segments",
-        decode_batch: int = 8,
-        decode_cache_mb: float = DEFAULT_RUN_CACHE_BYTES / 2**20,
-        readahead: int = 2,
-        verify_checksums: bool = True,
-        retries: int = 5,
-        backoff_s: float = 0.2,
-        storage_options: dict[str, Any] | None = None,
         equal_steps: bool | None = None,
         batch_size: int | None = None,
+        stream: StreamOptions | None = None,
+        decode: DecodeOptions | None = None,
+        **legacy: Any,
     ) -> None:
         super().__init__()
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
-        decode_device = resolve_decode_device(decode_device, fallback=decode_fallback)
-        if frame_order not in FRAME_ORDERS:
-            raise ValueError(f"frame_order must be one of {FRAME_ORDERS}, got {frame_order!r}")
-        for name, value, low in (("episode_pool_size", episode_pool_size, 1), ("decode_batch", decode_batch, 1),
-                                 ("readahead", readahead, 1), ("retries", retries, 0)):
-            if not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        if isinstance(decode_cache_mb, bool) or not isinstance(decode_cache_mb, int | float) or not decode_cache_mb >= 0:
-            raise ValueError(f"decode_cache_mb must be a number >= 0, got {decode_cache_mb!r}")
+        stream, decode = legacy_options(stream, decode, legacy)
+        self.stream_options, self.decode_options = stream, decode
+        decode_device = resolve_decode_device(decode.device, fallback=decode.fallback)
+        if not isinstance(episode_pool_size, int) or episode_pool_size < 1:
+            raise ValueError(f"episode_pool_size must be an integer >= 1, got {episode_pool_size!r}")
         if image_transforms is not None and not callable(image_transforms):
             raise ValueError("image_transforms must be callable or None")
         self.url = str(path_or_url)
-        self.store = Store(self.url, storage_options)
+        self.store = Store(self.url, dict(stream.storage_options) if stream.storage_options is not None else None)
         opts = self.store.storage_options
         self.manifest: Manifest = retrying(lambda: load_manifest(self.url, storage_options=opts),
-                                           name=self.url, retries=retries, backoff_s=backoff_s)
+                                           name=self.url, retries=stream.retries, backoff_s=stream.backoff_s)
         m = self.manifest
         if isinstance(m.index, FileIndex):  # index reads retry transient faults like shard reads
-            m.index.retry = partial(retrying, name=self.url, retries=retries, backoff_s=backoff_s)
-        retrying(lambda: m.index.shards, name=self.url, retries=retries, backoff_s=backoff_s)  # the shard table
+            m.index.retry = partial(retrying, name=self.url, retries=stream.retries, backoff_s=stream.backoff_s)
+        retrying(lambda: m.index.shards, name=self.url, retries=stream.retries,
+                 backoff_s=stream.backoff_s)  # the shard table
         self.fps = m.fps
         self.camera_keys = [k for k, f in m.features.items() if f.get("dtype") == "video"]
         self.tabular_keys = [k for k, f in m.features.items() if f.get("dtype") != "video"]
@@ -168,16 +155,17 @@ class CompiledDataset(IterableDataset):
                                  + (f", {ids[0]}..{ids[-1]})" if len(ids) else ")"))
         self.episodes: list[int] | None = episodes
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()} or None
-        self.windows = delta_offsets(delta_timestamps, fps=m.fps, tolerance_s=tolerance_s,
+        self.windows = delta_offsets(delta_timestamps, fps=m.fps, tolerance_s=decode.tolerance_s,
                                      keys=list(m.features))
         self.episode_pool_size, self.seed, self.shuffle = episode_pool_size, int(seed), bool(shuffle)
         self.decode_device, self.image_transforms, self.return_uint8 = decode_device, image_transforms, return_uint8
-        self.tolerance_s, self.frame_order = tolerance_s, frame_order
+        self.tolerance_s, self.frame_order = decode.tolerance_s, decode.frame_order
         self.rank, self.world_size = rank, world_size
         self.split_options = SplitOptions(equal_steps=equal_steps, batch_size=batch_size)
-        self.decode_batch, self.readahead = decode_batch, readahead
-        self.decode_cache_bytes = int(decode_cache_mb * 2**20)
-        self.verify_checksums, self.retries, self.backoff_s = verify_checksums, retries, backoff_s
+        self.decode_batch, self.readahead = decode.batch, stream.readahead
+        self.decode_cache_bytes = int(decode.cache_mb * 2**20)
+        self.verify_checksums, self.retries, self.backoff_s = stream.verify_checksums, stream.retries, stream.backoff_s
+        self._meta: DatasetMeta | None = None
         gops = [c.gop for c in m.cameras if c.gop]
         self.segment = min(gops) if gops else int(m.settings.get("gop") or 10)
         self._selection: Selection | None = None
@@ -198,6 +186,25 @@ class CompiledDataset(IterableDataset):
         self._epoch, self._iters = int(epoch), 0
         if self._resume is not None and self._resume["epoch"] != self._epoch:
             self._resume = None
+
+    @property
+    def meta(self) -> DatasetMeta:
+        """LeRobot-shaped metadata (``LeRobotDatasetMetadata``'s fields), read from meta/ on first use."""
+        if self._meta is None:
+            self._meta = DatasetMeta(self.url, storage_options=self.store.storage_options, retries=self.retries,
+                                     backoff_s=self.backoff_s)
+        return self._meta
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the selected episodes, all ranks together (LeRobotDataset.num_frames); ``len()`` is this
+        rank's share of an epoch."""
+        return self.selection.total
+
+    @property
+    def num_episodes(self) -> int:
+        """Selected episodes (LeRobotDataset.num_episodes)."""
+        return self.manifest.num_episodes if self.episodes is None else len(self.episodes)
 
     @property
     def epoch(self) -> int:

@@ -140,7 +140,7 @@ def selection(manifest: Manifest, episodes: Iterable[int] | None = None) -> Sele
     if not known.all():
         raise KeyError(f"episodes {chosen[~known][:10].tolist()} are not in the dataset")
     shard_of = np.searchsorted(ix.shards["first"], rows, side="right") - 1
-    frames = np.bincount(shard_of, weights=ix.lengths.values[rows], minlength=ix.num_shards).astype(np.int64)
+    frames = np.bincount(shard_of, weights=ix.lengths.array[rows], minlength=ix.num_shards).astype(np.int64)
     keep = np.unique(shard_of)
     return Selection(keep, frames[keep], chosen)
 
@@ -149,7 +149,7 @@ def shard_slice(manifest: Manifest, sel: Selection, pos: int) -> Slice:
     """Shard ``pos`` whole, or its selected episodes, with their lengths (read in bulk from the index)."""
     ix = manifest.index
     first, n = int(ix.shards["first"][pos]), int(ix.shards["episodes"][pos])
-    eps, sizes = ix.lengths.ids[first:first + n], ix.lengths.values[first:first + n]
+    eps, sizes = ix.lengths.ids[first:first + n], ix.lengths.array[first:first + n]
     if sel.episodes is not None:
         keep = np.isin(eps, sel.episodes)
         eps, sizes = eps[keep], sizes[keep]

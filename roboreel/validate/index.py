@@ -67,9 +67,9 @@ def _check_index(m: mf.Manifest, report: Report) -> None:
     try:
         ix = m.index
         lengths = ix.lengths
-        if len(lengths) != m.num_episodes or int(lengths.values.sum()) != m.total_frames:
+        if len(lengths) != m.num_episodes or int(lengths.array.sum()) != m.total_frames:
             report.error("manifest-inconsistent", f"the index holds {len(lengths)} episodes and "
-                         f"{int(lengths.values.sum())} frames, roboreel.json says {m.num_episodes} and "
+                         f"{int(lengths.array.sum())} frames, roboreel.json says {m.num_episodes} and "
                          f"{m.total_frames}", file=rel)
         counts, frames = ix.shards["episodes"], ix.shards["frames"]
         if int(counts.sum()) != len(lengths):
@@ -77,7 +77,7 @@ def _check_index(m: mf.Manifest, report: Report) -> None:
                          f"episode files hold {len(lengths)}", file=rel)
             return
         shard_of_row = np.repeat(np.arange(len(counts)), counts)
-        sums = np.bincount(shard_of_row, weights=lengths.values, minlength=len(counts)).astype(np.int64)
+        sums = np.bincount(shard_of_row, weights=lengths.array, minlength=len(counts)).astype(np.int64)
         for pos in np.nonzero(sums != frames)[0]:
             report.error("manifest-inconsistent", f"shard {pos} ({ix.shards['path'][pos]}) says {int(frames[pos])} "
                          f"frames, its episodes add up to {int(sums[pos])}", file=rel)

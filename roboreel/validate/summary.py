@@ -63,7 +63,7 @@ def _source_summary(root: Root) -> dict[str, Any]:
 def _compiled_summary(root: Root) -> dict[str, Any]:
     m = load_manifest(root.url, storage_options=root.storage_options)
     ix = m.index  # streamed a row group at a time: bounded memory at any episode count
-    lengths = [int(n) for n in ix.lengths.values]
+    lengths = [int(n) for n in ix.lengths.array]
     clip_bytes: dict[str, int] = defaultdict(int)
     rows_bytes = 0
     for _, t in ix.group_tables():  # column-wise: member bytes by kind, no object per member

@@ -21,7 +21,7 @@ from roboreel.formats.errors import RoboreelError, SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import load_manifest
 from roboreel.formats.shard import rows_digest
-from roboreel.reader import CompiledDataset
+from roboreel.reader import CompiledDataset, StreamOptions
 from roboreel.synth import read
 from roboreel.validate import validate
 
@@ -239,7 +239,7 @@ def test_reader_fails_loudly_never_short(name, small_compiled, copy_of):
     fault = case.damage(root)
     seen: list[int] = []
     with pytest.raises(RoboreelError) as err:
-        ds = CompiledDataset(str(root), shuffle=False, backoff_s=0.001, retries=2)
+        ds = CompiledDataset(str(root), shuffle=False, stream=StreamOptions(backoff_s=0.001, retries=2))
         for sample in ds:
             seen.append(int(sample["episode_index"]))
     message = str(err.value)

@@ -20,7 +20,7 @@ from support.httpserver import Faults, FaultyServer
 
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.formats.errors import RoboreelError, ShardReadError
-from roboreel.reader import CompiledDataset
+from roboreel.reader import CompiledDataset, StreamOptions
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -51,8 +51,8 @@ def faults(mix: str, rate: float, seed: int, **kw) -> Faults:
 def epoch(url: str, *, retries: int, num_workers: int = 2) -> tuple[CompiledDataset, list[dict], list[Exception]]:
     """One shuffled epoch through a DataLoader: every sample served (batches uncollated) and the errors that
     ended workers' streams (the other workers' samples are still collected after one fails)."""
-    ds = CompiledDataset(url, delta_timestamps=WINDOWS, episode_pool_size=3, seed=5, backoff_s=0.01,
-                         retries=retries, storage_options=TIMEOUTS)
+    ds = CompiledDataset(url, delta_timestamps=WINDOWS, episode_pool_size=3, seed=5,
+                         stream=StreamOptions(backoff_s=0.01, retries=retries, storage_options=TIMEOUTS))
     it = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers))
     samples: list[dict] = []
     errors: list[Exception] = []
@@ -113,8 +113,8 @@ def test_spent_retry_budget_fails_loudly_never_short(small_compiled, reference):
     bad = CompiledDataset(str(small_compiled)).manifest.shards[1]
     seen: list[dict] = []
     with FaultyServer(small_compiled, faults=Faults(reset=1.0, path_prefix="/" + bad.path), lifetime_s=120) as srv:
-        ds = CompiledDataset(srv.url, delta_timestamps=WINDOWS, episode_pool_size=2, retries=2, backoff_s=0.001,
-                             storage_options=TIMEOUTS)
+        ds = CompiledDataset(srv.url, delta_timestamps=WINDOWS, episode_pool_size=2,
+                             stream=StreamOptions(retries=2, backoff_s=0.001, storage_options=TIMEOUTS))
         with pytest.raises(ShardReadError, match=rf"kept failing \(3 attempts\).*\(file {bad.path}, episode") as err:
             for sample in ds:
                 seen.append(sample)
@@ -133,7 +133,7 @@ def test_spent_retry_budget_fails_loudly_never_short(small_compiled, reference):
 def test_unreachable_manifest_is_a_clear_error(small_compiled):
     with FaultyServer(small_compiled, faults=Faults(unavailable=1.0), lifetime_s=60) as server, \
             pytest.raises(ShardReadError, match=r"kept failing \(3 attempts\).*503"):
-        CompiledDataset(server.url, retries=2, backoff_s=0.001)
+        CompiledDataset(server.url, stream=StreamOptions(retries=2, backoff_s=0.001))
 
 
 def test_missing_remote_shard_is_not_retried_and_names_it(small_compiled, copy_of):
@@ -141,7 +141,7 @@ def test_missing_remote_shard_is_not_retried_and_names_it(small_compiled, copy_o
     gone = CompiledDataset(str(root)).manifest.shards[2]
     (root / gone.path).unlink()
     with FaultyServer(root, lifetime_s=60) as server:
-        ds = CompiledDataset(server.url, shuffle=False, backoff_s=0.001)
+        ds = CompiledDataset(server.url, shuffle=False, stream=StreamOptions(backoff_s=0.001))
         with pytest.raises(RoboreelError, match=gone.path):
             list(ds)
         gets = [r for r in server.log if r.path == "/" + gone.path and r.method == "GET"]

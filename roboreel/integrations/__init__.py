@@ -1,0 +1,1 @@
+"""Bridges to training frameworks. Each subpackage imports its framework only when used (optional extras)."""

@@ -1,0 +1,137 @@
+"""The dataset ``lerobot-train`` trains on, built by roboreel: a ``CompiledDataset`` where LeRobot builds a
+``LeRobotDataset`` (lerobot 0.6.1 ``datasets/factory.py:make_train_eval_datasets``).
+
+What LeRobot's factory does and this keeps: delta timestamps from the policy (``resolve_delta_timestamps``),
+uint8 frames (lerobot-train divides camera keys by 255 itself), ``--dataset.episodes``, image transforms,
+``--tolerance_s``, ImageNet stats written into ``meta.stats`` for non-depth cameras. What it changes: the order is
+roboreel's episode-pool shuffle, seeded by ``--seed``, instead of LeRobot's EpisodeAwareSampler; the dataset is
+iterable, so ``cfg.dataset.streaming`` is set to true (lerobot-train then builds its DataLoader without a sampler);
+on ``--resume`` the stream continues after the last sample the checkpointed step consumed; with
+``--dataset.eval_split`` the held-out episodes are LeRobot's and are read in file order (all of them: LeRobot's
+``--max_eval_samples`` subset needs its map-style dataset).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from roboreel.reader.dataset import CompiledDataset
+from roboreel.reader.meta import DatasetMeta
+from roboreel.reader.options import DecodeOptions
+from roboreel.reader.plan import detect_rank
+
+logger = logging.getLogger(__name__)
+
+
+def make_train_eval_datasets(cfg: Any) -> tuple[CompiledDataset, CompiledDataset | None]:
+    """``lerobot.datasets.factory.make_train_eval_datasets`` for a compiled dataset at ``--dataset.root``: the
+    training dataset, and with ``--dataset.eval_split`` the held-out one (LeRobot's split: the last
+    ``ceil(n * eval_split)`` episodes of every task)."""
+    from lerobot.datasets.factory import resolve_delta_timestamps
+
+    data = cfg.dataset
+    if not isinstance(data.repo_id, str):
+        raise ValueError("roboreel lerobot-train trains on one dataset: pass one --dataset.repo_id")
+    if not data.root:
+        raise ValueError("roboreel lerobot-train needs --dataset.root=<compiled dataset> (a local path or URL; "
+                         "compile one with `roboreel compile SRC OUT`)")
+    url = str(data.root)
+    meta = DatasetMeta(url, repo_id=data.repo_id)
+    delta_timestamps = resolve_delta_timestamps(cfg.trainable_config, meta)
+    train_episodes, eval_episodes = data.episodes, None
+    if data.eval_split:
+        train_episodes, eval_episodes = split_episodes(meta, data.episodes, data.eval_split)
+        logger.info("roboreel: train/eval split: %d train, %d eval episodes (eval_split=%s)", len(train_episodes),
+                    len(eval_episodes), data.eval_split)
+    dataset = _dataset(cfg, url, delta_timestamps, train_episodes, train=True)
+    evaluation = None if eval_episodes is None else _dataset(cfg, url, delta_timestamps, eval_episodes, train=False)
+    data.streaming = True  # an iterable dataset: lerobot-train builds its DataLoader with no sampler, no shuffle
+    if cfg.resume:
+        resume(dataset, cfg)
+    return dataset, evaluation
+
+
+def split_episodes(meta: DatasetMeta, episodes: list[int] | None, eval_split: float) -> tuple[list[int], list[int]]:
+    """LeRobot's train/eval split: episodes grouped by their first task, the last ``ceil(n * eval_split)`` of
+    each group held out."""
+    base = list(episodes) if episodes is not None else meta.episodes["episode_index"]
+    tasks = dict(zip(meta.episodes["episode_index"], meta.episodes["tasks"], strict=True))
+    by_task: dict[str, list[int]] = {}
+    for episode in base:
+        by_task.setdefault(tasks[episode][0] if tasks[episode] else "", []).append(episode)
+    train, held_out = [], []
+    for group in by_task.values():
+        n_eval = math.ceil(len(group) * eval_split)
+        train.extend(group[: len(group) - n_eval])
+        held_out.extend(group[len(group) - n_eval :])
+    if not train:
+        raise ValueError(f"--dataset.eval_split={eval_split} leaves 0 training episodes of {len(base)}")
+    return train, held_out
+
+
+def _dataset(cfg: Any, url: str, delta_timestamps: dict[str, list[float]] | None, episodes: list[int] | None, *,
+             train: bool) -> CompiledDataset:
+    import torch
+    from lerobot.transforms import ImageTransforms
+    from lerobot.utils.constants import IMAGENET_STATS
+
+    data = cfg.dataset
+    rank, world_size = detect_rank(None, None)  # fixed here, so workers (spawned or forked) need not detect it
+    dataset = CompiledDataset(
+        url,
+        delta_timestamps=delta_timestamps,
+        episodes=episodes,
+        image_transforms=ImageTransforms(data.image_transforms) if train and data.image_transforms.enable else None,
+        return_uint8=True,
+        seed=cfg.seed if cfg.seed is not None else 0,
+        shuffle=train,  # evaluation reads in file order, as LeRobot's eval DataLoader (shuffle=False)
+        rank=rank,
+        world_size=world_size,
+        batch_size=cfg.batch_size,  # whole batches per worker: len(DataLoader) exact, equal steps on every rank
+        decode=DecodeOptions(tolerance_s=cfg.tolerance_s),
+    )
+    dataset.meta.repo_id = data.repo_id
+    if data.use_imagenet_stats:
+        stats = dataset.meta.stats
+        if stats is None:
+            raise ValueError(f"{url} has no meta/stats.json: lerobot-train normalises with it")
+        for key in dataset.meta.camera_keys:
+            if key in dataset.meta.depth_keys:
+                continue
+            for name, value in IMAGENET_STATS.items():
+                stats.setdefault(key, {})[name] = torch.tensor(value, dtype=torch.float32)
+    return dataset
+
+
+def resume(dataset: CompiledDataset, cfg: Any) -> None:
+    """Continue the stream after the samples the checkpoint's steps consumed (every rank: its own split).
+
+    A step takes one batch per rank, and an epoch is exactly ``ceil(len(dataset) / batch_size)`` batches per rank
+    (whole batches per worker), so step ``s`` is batch ``s % per_epoch`` of epoch ``s // per_epoch``."""
+    from lerobot.common.train_utils import (
+        load_training_batch_size,
+        load_training_num_processes,
+        load_training_step,
+    )
+    from lerobot.utils.constants import TRAINING_STATE_DIR
+
+    checkpoint = Path(cfg.checkpoint_path)
+    step = load_training_step(checkpoint / TRAINING_STATE_DIR)
+    world_size = detect_rank(dataset.rank, dataset.world_size)[1]
+    saved = {"batch_size": load_training_batch_size(checkpoint), "num_processes": load_training_num_processes(checkpoint)}
+    now = {"batch_size": cfg.batch_size, "num_processes": world_size}
+    differ = {k: (saved[k], now[k]) for k in saved if saved[k] is not None and saved[k] != now[k]}
+    if differ:
+        raise ValueError(f"{checkpoint} was written with {', '.join(f'{k}={v[0]}' for k, v in differ.items())}; "
+                         f"this run has {', '.join(f'{k}={v[1]}' for k, v in differ.items())}: roboreel resumes the "
+                         "data stream exactly only with the same values")
+    per_epoch = math.ceil(len(dataset) / cfg.batch_size)
+    epoch, batches = divmod(step, per_epoch)
+    dataset.set_epoch(epoch)
+    loader = SimpleNamespace(batch_size=cfg.batch_size, drop_last=False, num_workers=cfg.num_workers)
+    dataset.load_state_dict(dataset.state_dict(batches=batches, loader=loader))
+    logger.info("roboreel: resuming the data stream at epoch %d, batch %d (step %d)", epoch, batches, step)

@@ -1,0 +1,145 @@
+"""Option groups of ``CompiledDataset``: transport knobs (``StreamOptions``) and decode knobs (``DecodeOptions``).
+
+Everyday arguments (delta_timestamps, episodes, shuffle, seed, batch_size, ...) stay flat keywords; the knobs
+most users never touch are grouped here, as frozen dataclasses (as torchcodec and torchdata do), so they can be
+built once, shared between datasets, and checked where they are made. The flat spellings of these knobs
+(``CompiledDataset(retries=3)``) still work for one release and warn with the new spelling
+(``legacy_options``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from roboreel.reader.decode import DEFAULT_RUN_CACHE_BYTES
+from roboreel.reader.pool import FRAME_ORDERS, FrameOrder
+from roboreel.reader.routing import DecodeFallback
+
+_FALLBACKS = ("error", "cpu")
+
+
+def _int_at_least(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def _number_at_least(name: str, value: Any, low: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= low:
+        raise ValueError(f"{name} must be a number >= {low}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """How shard bytes travel from storage to the reader.
+
+    Args:
+        readahead: episode records fetched ahead of the pool by a background thread.
+        retries: transient read faults retried per shard (a reopen at the exact next byte, docs/reliability.md).
+        backoff_s: first retry delay; it doubles per consecutive failure.
+        verify_checksums: check every member's sha256 against the index while streaming.
+        storage_options: passed to fsspec (credentials, timeouts, headers).
+    """
+
+    readahead: int = 2
+    retries: int = 5
+    backoff_s: float = 0.2
+    verify_checksums: bool = True
+    storage_options: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        _int_at_least("StreamOptions.readahead", self.readahead, 1)
+        _int_at_least("StreamOptions.retries", self.retries, 0)
+        _number_at_least("StreamOptions.backoff_s", self.backoff_s, 0)
+        if not isinstance(self.verify_checksums, bool):
+            raise ValueError(f"StreamOptions.verify_checksums must be a bool, got {self.verify_checksums!r}")
+        if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
+            raise ValueError(f"StreamOptions.storage_options must be a mapping or None, got "
+                             f"{type(self.storage_options).__name__}")
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How compressed clips become frames.
+
+    Args:
+        device: "cpu", or "cuda" / "cuda:N": decode on that GPU, reading the dataset through
+            ``roboreel.loader(dataset, ...)`` (docs/gpu.md). Clips the GPU cannot decode fall back to the CPU.
+        fallback: "error": "cuda" without a CUDA device raises RuntimeError("no CUDA device: ..."); "cpu": log one
+            warning and decode on the CPU.
+        batch: pending samples decoded together (one sorted call per clip among them).
+        cache_mb: decoded frames each consumer may hold ahead of their samples, in MiB: a GOP run is decoded in one
+            call when its first frame is asked (docs/reader.md, "Decode and memory"). 0 turns it off.
+        tolerance_s: max distance between a decoded frame's pts and the timestamp it must show.
+        frame_order: order of an episode's frames inside the pool: "segments" (GOP runs: ~1 decoded frame per
+            sample) or "random" (every frame independent, ~GOP/2 decoded frames per sample).
+    """
+
+    device: str = "cpu"
+    fallback: DecodeFallback = "error"
+    batch: int = 8
+    cache_mb: float = DEFAULT_RUN_CACHE_BYTES / 2**20
+    tolerance_s: float = 1e-4
+    frame_order: FrameOrder = "segments"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.device, str):
+            raise ValueError(f"DecodeOptions.device must be a string like 'cpu' or 'cuda:0', got {self.device!r}")
+        if self.fallback not in _FALLBACKS:
+            raise ValueError(f"DecodeOptions.fallback must be one of {_FALLBACKS}, got {self.fallback!r}")
+        _int_at_least("DecodeOptions.batch", self.batch, 1)
+        _number_at_least("DecodeOptions.cache_mb", self.cache_mb, 0)
+        _number_at_least("DecodeOptions.tolerance_s", self.tolerance_s, 0)
+        if self.frame_order not in FRAME_ORDERS:
+            raise ValueError(f"DecodeOptions.frame_order must be one of {FRAME_ORDERS}, got {self.frame_order!r}")
+
+
+# old flat keyword of CompiledDataset -> (group argument, field)
+LEGACY = {
+    "readahead": ("stream", "readahead"),
+    "retries": ("stream", "retries"),
+    "backoff_s": ("stream", "backoff_s"),
+    "verify_checksums": ("stream", "verify_checksums"),
+    "storage_options": ("stream", "storage_options"),
+    "decode_device": ("decode", "device"),
+    "decode_fallback": ("decode", "fallback"),
+    "decode_batch": ("decode", "batch"),
+    "decode_cache_mb": ("decode", "cache_mb"),
+    "tolerance_s": ("decode", "tolerance_s"),
+    "frame_order": ("decode", "frame_order"),
+}
+_GROUPS = {"stream": StreamOptions, "decode": DecodeOptions}
+
+
+def legacy_options(stream: StreamOptions | None, decode: DecodeOptions | None, legacy: Mapping[str, Any], *,
+                   owner: str = "CompiledDataset") -> tuple[StreamOptions, DecodeOptions]:
+    """Fold old flat keywords into the option groups, warning once per call with the new spelling.
+
+    Unknown keywords raise TypeError like any Python call; a knob given both ways is refused (which one would
+    win is not obvious to a reader of the call)."""
+    unknown = sorted(k for k in legacy if k not in LEGACY)
+    if unknown:
+        raise TypeError(f"{owner}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}")
+    groups: dict[str, Any] = {"stream": stream, "decode": decode}
+    for name, value in (("stream", stream), ("decode", decode)):
+        if value is not None and not isinstance(value, _GROUPS[name]):
+            raise TypeError(f"{owner}({name}=...) takes a roboreel.{_GROUPS[name].__name__}, got "
+                            f"{type(value).__name__}")
+    changes: dict[str, dict[str, Any]] = {"stream": {}, "decode": {}}
+    for key, value in legacy.items():
+        group, field = LEGACY[key]
+        if groups[group] is not None:
+            raise TypeError(f"{owner}() got {key}= and {group}=: pass {group}={_GROUPS[group].__name__}"
+                            f"(..., {field}=...) only")
+        changes[group][field] = value
+    if legacy:
+        spelled = ", ".join(f"{g}={_GROUPS[g].__name__}({', '.join(f'{f}={v!r}' for f, v in c.items())})"
+                            for g, c in changes.items() if c)
+        warnings.warn(f"{owner}({', '.join(f'{k}=...' for k in legacy)}) is deprecated: pass {spelled} "
+                      "(roboreel.StreamOptions / roboreel.DecodeOptions)", DeprecationWarning, stacklevel=3)
+    out = {g: dataclasses.replace(groups[g] or _GROUPS[g](), **changes[g]) if changes[g] else groups[g] or _GROUPS[g]()
+           for g in ("stream", "decode")}
+    return out["stream"], out["decode"]

@@ -1,0 +1,162 @@
+"""The batches ``roboreel lerobot-train`` trains on are lerobot-train's own: the dataset built from a compiled
+dataset (integrations/lerobot/datasets.py) against LeRobot's ``make_train_eval_datasets`` on the source, for the
+same training config: same keys, shapes and dtypes per batch, and each sample equal to LeRobot's sample of the
+same index (tabular values exactly, frames by pixel code). Also: the resume position of ``--resume``."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("lerobot.scripts.lerobot_train", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
+
+from lerobot.configs.default import DatasetConfig  # noqa: E402
+from lerobot.configs.train import TrainPipelineConfig  # noqa: E402
+from lerobot.datasets.factory import make_train_eval_datasets as lerobot_datasets  # noqa: E402
+from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig  # noqa: E402
+from lerobot.utils.constants import IMAGENET_STATS  # noqa: E402
+from lerobot_support import REPO_ID, lerobot_pair_fixture  # noqa: E402, F401
+from support.datasets import assert_same_sample, batch_indices  # noqa: E402
+
+from roboreel.integrations.lerobot.datasets import make_train_eval_datasets as roboreel_datasets  # noqa: E402
+from roboreel.reader import CompiledDataset  # noqa: E402
+
+BATCH = 4
+
+
+def _cfg(root, **kw) -> TrainPipelineConfig:
+    # diffusion: windows on the state, the camera (2 observation steps) and the action (horizon 8)
+    policy = DiffusionConfig(device="cpu", pretrained_backbone_weights=None, crop_shape=(40, 56), n_obs_steps=2,
+                             horizon=8, n_action_steps=4, push_to_hub=False)
+    return TrainPipelineConfig(dataset=DatasetConfig(repo_id=REPO_ID, root=str(root)), policy=policy,
+                               batch_size=BATCH, seed=5, num_workers=0, **kw)
+
+
+def test_batches_are_lerobot_trains_batches(lerobot_pair):
+    source, compiled = lerobot_pair
+    mine, none = roboreel_datasets(_cfg(compiled))
+    theirs, _ = lerobot_datasets(_cfg(source))
+    assert none is None and isinstance(mine, CompiledDataset)
+    assert mine.delta_timestamps == theirs.delta_timestamps and mine.delta_timestamps["observation.images.top"]
+    assert (mine.num_frames, mine.num_episodes) == (theirs.num_frames, theirs.num_episodes)
+    for key in theirs.meta.camera_keys:  # use_imagenet_stats, as LeRobot's factory does
+        for name, value in IMAGENET_STATS.items():
+            assert torch.equal(mine.meta.stats[key][name], theirs.meta.stats[key][name])
+            assert torch.equal(mine.meta.stats[key][name], torch.tensor(value, dtype=torch.float32))
+
+    loader = torch.utils.data.DataLoader(mine, batch_size=BATCH)
+    assert len(loader) == math.ceil(len(mine) / BATCH)
+    their_batch = next(iter(torch.utils.data.DataLoader(theirs, batch_size=BATCH)))
+    batches = list(loader)
+    assert len(batches) == len(loader)
+    for batch in batches[:2]:
+        assert list(batch) == list(their_batch)
+        for key, want in their_batch.items():
+            got = batch[key]
+            if isinstance(want, torch.Tensor):
+                assert (got.shape, got.dtype) == (want.shape, want.dtype), key
+            else:
+                assert type(got) is type(want) and len(got) == len(want), key
+        assert batch["observation.images.top"].dtype == torch.uint8
+    cams = theirs.meta.camera_keys
+    for batch in batches[:2]:
+        for i, index in enumerate(batch_indices(batch)):
+            sample = {k: v[i] for k, v in batch.items()}
+            assert_same_sample(sample, theirs[index], cams)
+    seen = [i for b in batches for i in batch_indices(b)]
+    assert sorted(seen) == list(range(theirs.num_frames))  # one epoch: every frame once
+
+
+def test_resume_continues_after_the_checkpointed_step(lerobot_pair, tmp_path):
+    _, compiled = lerobot_pair
+    uninterrupted, _ = roboreel_datasets(_cfg(compiled))
+    stream = [batch_indices(b) for e in (0, 1) for b in _epoch(uninterrupted, e)]
+    per_epoch = math.ceil(len(uninterrupted) / BATCH)
+    for step in (3, per_epoch + 2):  # inside the first epoch, then inside the second
+        checkpoint = tmp_path / f"ckpt{step}"
+        (checkpoint / "training_state").mkdir(parents=True)
+        (checkpoint / "training_state/training_step.json").write_text(
+            json.dumps({"step": step, "num_processes": 1, "batch_size": BATCH}))
+        cfg = _cfg(compiled, resume=True)
+        cfg.checkpoint_path = checkpoint
+        resumed, _ = roboreel_datasets(cfg)
+        assert resumed.epoch == step // per_epoch
+        got = [batch_indices(b) for b in torch.utils.data.DataLoader(resumed, batch_size=BATCH)]
+        assert got == stream[step:(step // per_epoch + 1) * per_epoch]
+
+    (checkpoint / "training_state/training_step.json").write_text(
+        json.dumps({"step": 3, "num_processes": 1, "batch_size": 8}))
+    with pytest.raises(ValueError, match="written with batch_size=8; this run has batch_size=4"):
+        roboreel_datasets(cfg)
+
+
+def _epoch(ds, epoch):
+    ds.set_epoch(epoch)
+    return list(torch.utils.data.DataLoader(ds, batch_size=BATCH))
+
+
+def test_unsupported_options_are_refused_by_name(lerobot_pair):
+    _, compiled = lerobot_pair
+    cfg = _cfg(compiled)
+    cfg.dataset = dataclasses.replace(cfg.dataset, root=None)
+    with pytest.raises(ValueError, match="needs --dataset.root"):
+        roboreel_datasets(cfg)
+    cfg = _cfg(compiled)
+    cfg.dataset = dataclasses.replace(cfg.dataset, eval_split=0.9)
+    with pytest.raises(ValueError, match="eval_split=0.9 leaves 0 training episodes of 6"):
+        roboreel_datasets(cfg)
+
+
+@pytest.mark.parametrize("episodes", [None, [0, 1, 2, 4, 5]])
+def test_eval_split_holds_out_lerobots_episodes(lerobot_pair, episodes):
+    source, compiled = lerobot_pair
+    mine, theirs = _cfg(compiled), _cfg(source)
+    for cfg in (mine, theirs):
+        cfg.dataset = dataclasses.replace(cfg.dataset, eval_split=0.4, episodes=episodes)
+    (train, held_out), (want_train, want_eval) = roboreel_datasets(mine), lerobot_datasets(theirs)
+    assert (train.episodes, held_out.episodes) == (sorted(want_train.episodes), sorted(want_eval.episodes))
+    assert held_out.episodes and not set(train.episodes) & set(held_out.episodes)
+    assert held_out.shuffle is False and held_out.image_transforms is None
+    seen = [i for b in torch.utils.data.DataLoader(held_out, batch_size=BATCH) for i in batch_indices(b)]
+    assert seen == sorted(i for e in held_out.episodes for i in _frames(held_out, e))  # file order, every frame
+
+
+def _frames(ds, episode):
+    row = ds.meta.episodes[episode]
+    return range(row["dataset_from_index"], row["dataset_to_index"])
+
+
+def test_a_remote_root_gives_the_same_batches(lerobot_pair):
+    from support.httpserver import FaultyServer
+
+    _, compiled = lerobot_pair
+    local, _ = roboreel_datasets(_cfg(compiled))
+    want = [batch_indices(b) for b in itertools.islice(torch.utils.data.DataLoader(local, batch_size=BATCH), 3)]
+    with FaultyServer(compiled) as server:
+        remote, _ = roboreel_datasets(_cfg(server.url))
+        assert remote.meta.features == local.meta.features and remote.meta.repo_id == REPO_ID
+        got = [batch_indices(b) for b in itertools.islice(torch.utils.data.DataLoader(remote, batch_size=BATCH), 3)]
+    assert got == want
+
+
+def test_every_pass_through_the_prepared_loader_is_a_new_epoch(lerobot_pair):
+    from accelerate import Accelerator
+    from lerobot.utils.utils import cycle
+
+    from roboreel.integrations.lerobot.launch import patched
+
+    _, compiled = lerobot_pair
+    ds, _ = roboreel_datasets(_cfg(compiled))
+    with patched():
+        loader = Accelerator(cpu=True).prepare(torch.utils.data.DataLoader(ds, batch_size=BATCH))
+    per_epoch = len(loader)
+    assert per_epoch == math.ceil(ds.num_frames / BATCH)
+    got = [batch_indices(b) for b in itertools.islice(cycle(loader), 2 * per_epoch)]  # as lerobot-train loops
+    fresh, _ = roboreel_datasets(_cfg(compiled))
+    assert got == [batch_indices(b) for e in (0, 1) for b in _epoch(fresh, e)]
+    assert got[:per_epoch] != got[per_epoch:]  # reshuffled

@@ -1,0 +1,109 @@
+"""``roboreel lerobot-train`` is LeRobot's lerobot-train on a compiled dataset. Real runs of a tiny ACT through
+train_probe.py (which records the batches LeRobot's loop takes): 0 and 2 DataLoader workers (with held-out
+episodes evaluated), a ``--resume`` that continues the data stream exactly, and a 2-process ``accelerate launch``
+on the CPU (gloo) where each rank reads its own split: disjoint samples, the same number of steps, no hang. The
+expected streams are CompiledDataset's own, built here with the arguments the adapter must have used."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+
+import pytest
+
+pytest.importorskip("lerobot.scripts.lerobot_train", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
+pytest.importorskip("accelerate", reason="lerobot-train needs accelerate")
+
+import torch  # noqa: E402
+from lerobot_support import ACT_CHUNK, REPO_ID, TINY_ACT, free_port, lerobot_pair_fixture, run_train  # noqa: E402, F401
+from support.datasets import batch_indices  # noqa: E402
+
+from roboreel.integrations.lerobot.datasets import split_episodes  # noqa: E402
+from roboreel.reader import CompiledDataset, DatasetMeta  # noqa: E402
+
+BATCH, SEED, FPS = 4, 7, 10
+
+
+def _args(compiled, out, *, steps, workers):
+    return [*TINY_ACT, f"--dataset.root={compiled}", f"--dataset.repo_id={REPO_ID}", f"--batch_size={BATCH}",
+            f"--num_workers={workers}", f"--steps={steps}", "--log_freq=1", f"--seed={SEED}", f"--output_dir={out}",
+            "--wandb.enable=false"]
+
+
+def _expected(compiled, n, *, rank=0, world_size=1, workers=0, episodes=None):
+    """The first ``n`` batches' sample indices of the stream the adapter must build for this rank."""
+    ds = CompiledDataset(str(compiled), delta_timestamps={"action": [i / FPS for i in range(ACT_CHUNK)]},
+                         return_uint8=True, seed=SEED, batch_size=BATCH, rank=rank, world_size=world_size,
+                         episodes=episodes)
+    ds.set_epoch(0)
+    loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=workers,
+                                         multiprocessing_context="spawn" if workers else None)
+    return [batch_indices(b) for b in itertools.islice(loader, n)]
+
+
+def _indices(run, rank=0):
+    return [b["index"] for b in run.batches(rank)]
+
+
+def _ok(run):
+    assert run.returncode is not None, f"killed after the timeout (hung?):\n{run.log[-3000:]}"
+    assert run.returncode == 0, run.log[-3000:]
+
+
+def test_train_then_resume_without_workers(lerobot_pair, tmp_path):
+    _, compiled = lerobot_pair
+    out = tmp_path / "out"
+    first = run_train(_args(compiled, out, steps=2, workers=0), tmp_path / "probe1")
+    _ok(first)
+    assert "step:1 " in first.log and "step:2 " in first.log and "End of training" in first.log
+    want = _expected(compiled, 3)
+    assert _indices(first) == want[:2]
+    spec = first.batches()[0]["spec"]
+    assert spec["observation.images.top"] == [[BATCH, 3, 48, 64], "torch.uint8"]
+    assert spec["action"] == [[BATCH, ACT_CHUNK, 6], "torch.float32"]
+    assert spec["action_is_pad"] == [[BATCH, ACT_CHUNK], "torch.bool"]
+    config = out / "checkpoints/000002/pretrained_model/train_config.json"
+    assert json.loads(config.read_text())["dataset"]["root"] == str(compiled)
+
+    resumed = run_train([f"--config_path={config}", "--resume=true", "--steps=3", "--log_freq=1"],
+                        tmp_path / "probe2")
+    _ok(resumed)
+    assert "resuming the data stream at epoch 0, batch 2 (step 2)" in resumed.log
+    assert "step:3 " in resumed.log and "step:2 " not in resumed.log
+    assert _indices(resumed) == want[2:3]  # the batch an uninterrupted run takes third
+    assert (out / "checkpoints/000003/pretrained_model/model.safetensors").exists()
+
+
+def test_train_with_two_workers_and_held_out_episodes(lerobot_pair, tmp_path):
+    _, compiled = lerobot_pair
+    extra = ["--dataset.eval_split=0.4", "--eval_steps=2"]
+    run = run_train(_args(compiled, tmp_path / "out", steps=2, workers=2) + extra, tmp_path / "probe")
+    _ok(run)
+    assert "step:2 " in run.log and "step 2: eval_loss=" in run.log  # the held-out episodes were read
+    train, _ = split_episodes(DatasetMeta(str(compiled)), None, 0.4)
+    assert _indices(run) == _expected(compiled, 2, workers=2, episodes=train)
+
+
+def test_accelerate_two_processes_read_disjoint_splits_in_equal_steps(lerobot_pair, tmp_path):
+    _, compiled = lerobot_pair
+    steps = 3
+    # `accelerate launch --cpu --num_processes 2` starts ONE process (accelerate 1.15's simple launcher: multi-CPU
+    # needs mpirun); --multi_gpu launches through torchrun, and with --policy.device=cpu every rank runs on the CPU
+    # (DistributedType.MULTI_CPU, gloo).
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                "--main_process_port", str(free_port())]
+    run = run_train(_args(compiled, tmp_path / "out", steps=steps, workers=0), tmp_path / "probe", launcher=launcher)
+    if run.started() < 2:  # never a false pass: this test is about two ranks
+        pytest.skip(f"accelerate started {run.started()} of 2 processes:\n{run.log[-2000:]}")
+    _ok(run)
+    assert "Effective batch size: 4 x 2 = 8" in run.log and f"step:{steps} " in run.log
+    ranks = [_indices(run, r) for r in (0, 1)]
+    assert [len(r) for r in ranks] == [steps, steps]  # one batch per step on every rank
+    seen = [set(i for b in r for i in b) for r in ranks]
+    assert all(len(s) == steps * BATCH for s in seen) and not seen[0] & seen[1]
+    for rank in (0, 1):  # each rank read its own split (not rank 0's stream sliced, not everything)
+        assert ranks[rank] == _expected(compiled, steps, rank=rank, world_size=2)
+    lengths = [len(CompiledDataset(str(compiled), seed=SEED, batch_size=BATCH, rank=r, world_size=2)) for r in (0, 1)]
+    assert lengths[0] == lengths[1]  # equal steps per epoch

@@ -1,0 +1,38 @@
+"""``roboreel lerobot-train ARGS`` with a recorder, for the integration tests: every batch LeRobot's training loop
+takes is appended to ``$ROBOREEL_PROBE_DIR/rank<R>.jsonl`` (its sample indices, keys, shapes, dtypes), and
+``rank<R>.started`` marks that the process came up. Nothing is replaced: the recorder wraps the ``cycle`` the
+training script iterates its DataLoader with, and passes every batch on untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import lerobot.scripts.lerobot_train as script
+
+from roboreel.integrations.lerobot import main
+
+OUT = Path(os.environ["ROBOREEL_PROBE_DIR"])
+RANK = int(os.environ.get("RANK", "0"))
+
+
+def recording(cycle):
+    def wrapped(loader):
+        with open(OUT / f"rank{RANK}.jsonl", "a") as f:
+            for batch in cycle(loader):
+                f.write(json.dumps({"index": batch["index"].tolist(),
+                                    "spec": {k: [list(v.shape), str(v.dtype)] for k, v in batch.items()
+                                             if hasattr(v, "shape")}}) + "\n")
+                f.flush()
+                yield batch
+
+    return wrapped
+
+
+if __name__ == "__main__":
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"rank{RANK}.started").write_text(str(os.getpid()))
+    script.cycle = recording(script.cycle)
+    sys.exit(main(sys.argv[1:]))
