@@ -277,6 +277,7 @@ class SliceReader:
                 yield s.shard, rec
 
     def _slice(self, s: Slice) -> Iterator[EpisodeRecord]:
+        s = Slice(s.shard, tuple(int(e) for e in s.episodes))  # plain ints (whole shards come as numpy views)
         shards = self.manifest.index.shards
         path, size = shards["path"][s.shard], int(shards["size"][s.shard])
         entries = self.manifest.index.shard_entries(s.shard)
