@@ -13,16 +13,14 @@ removed again; otherwise finished shards stay (they are complete and valid) and 
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import logging
 import math
-import multiprocessing as mp
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from roboreel.compile.clips import clip_done, remove_clips, remove_clips_dir, sweep_clip_temps
 from roboreel.compile.finalize import finalize as finalize_out
 from roboreel.compile.outdir import check_source_files, make_lock, prepare_out, write_snapshot
 from roboreel.compile.plan import (
@@ -33,13 +31,20 @@ from roboreel.compile.plan import (
     part_shards,
     plan_shards,
 )
+from roboreel.compile.schedule import run_inline, run_pool
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.shardjob import ShardJob, forget_sources, run_shard, shard_done, sweep_temps
+from roboreel.compile.shardjob import ShardJob, forget_sources, shard_done, sweep_temps
 from roboreel.compile.sourcefiles import episode_files, source_files
 from roboreel.formats.errors import RoboreelError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 
 log = logging.getLogger(__name__)
+
+# AV1 decoder threads per clip job. Measured at 640x480 (libdav1d, 2 cores, see docs/format.md "Compile"): 1
+# thread 494-503 frames/s, 2 threads 432-435, auto 395-494, against ~20 frames/s for single-threaded x265
+# veryfast: decode is ~4% of a clip's work and already runs beside the encoder (overlap.py); more decoder
+# threads only compete with the other workers' encoders.
+DECODE_THREADS = 1
 
 
 @dataclass
@@ -64,14 +69,23 @@ class CompileReport:
     cameras: int = 0
     part: tuple[int, int] | None = None
     psnr_per_camera: dict[str, float] = field(default_factory=dict)
+    input_bytes: int = 0  # the source bytes (video + rows) of this part's episodes
+
+    @property
+    def size_ratio(self) -> float | None:
+        """Output bytes / source bytes of this part's episodes."""
+        return self.bytes / self.input_bytes if self.input_bytes else None
 
     def summary(self) -> str:
         psnr = (f"PSNR mean {self.psnr_mean:.2f} dB, min {self.psnr_min:.2f} dB" if self.psnr_mean is not None
                 else "PSNR n/a (no re-encoded clips)")
         part = f" (part {self.part[0]}/{self.part[1]})" if self.part else ""
+        ratio = self.size_ratio
+        size = f"{self.bytes / 1e6:.1f} MB" + (f" ({ratio:.2f}x the source's {self.input_bytes / 1e6:.1f} MB)"
+                                               if ratio is not None else "")
         return (
             f"{self.out}{part}: {self.episodes} episodes, {self.frames} frames, {self.shards} shards "
-            f"({self.shards_compiled} compiled, {self.shards_skipped} already done), {self.bytes / 1e6:.1f} MB; "
+            f"({self.shards_compiled} compiled, {self.shards_skipped} already done), {size}; "
             f"clips: {self.clips_encoded} encoded, {self.clips_remuxed} stream-copied; {psnr}; "
             f"{self.seconds:.1f}s, {self.frames_per_s:.0f} frames/s x {self.cameras} cameras; "
             + ("manifest written" if self.finalized else "not finalized (other parts missing)")
@@ -85,47 +99,6 @@ def _local_out(out: str) -> str:
     if "://" in out:
         raise ValueError(f"OUT must be a local directory (compile writes with temp names and renames), got {out!r}")
     return os.path.abspath(out)
-
-
-# -- worker side ------------------------------------------------------------------------------------------
-_QUEUE: Any = None
-
-
-def _init_worker(queue: Any) -> None:
-    global _QUEUE
-    _QUEUE = queue
-    os.environ.setdefault("SVT_LOG", "1")
-
-
-def _run_in_worker(job: ShardJob) -> dict[str, Any]:
-    return run_shard(job, on_episode=lambda n: _QUEUE.put(n))
-
-
-# -- parent side ------------------------------------------------------------------------------------------
-def _run_jobs(jobs: list[ShardJob], workers: int, bar: Any) -> None:
-    if workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            run_shard(job, on_episode=bar.update)
-        return
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx, initializer=_init_worker,
-                                initargs=(queue,)) as pool:
-        pending = {pool.submit(_run_in_worker, job) for job in jobs}
-        try:
-            while pending:
-                done, pending = cf.wait(pending, timeout=0.25, return_when=cf.FIRST_COMPLETED)
-                while not queue.empty():
-                    bar.update(queue.get())
-                for f in done:
-                    f.result()  # re-raises a worker's error here
-        except BaseException:
-            for f in pending:
-                f.cancel()
-            raise
-        finally:
-            while not queue.empty():
-                bar.update(queue.get())
 
 
 def compile_dataset(
@@ -159,7 +132,10 @@ def compile_dataset(
     source = LeRobotSource(str(src), storage_options=storage_options)
     episodes = check_source(source)
     check_encodable(source, settings)
-    plan = plan_shards(episodes, estimate_episode_bytes(source, episodes, settings), settings)
+    est = estimate_episode_bytes(source, episodes, settings)
+    plan = plan_shards(episodes, est, settings)
+    in_bytes = est if settings.resize is None else estimate_episode_bytes(source, episodes,
+                                                                            settings.replace(resize=None))
     chunks_size = int(source.info.raw.get("chunks_size") or 1000)
     lock = make_lock(url=source.url, fingerprint=source.fingerprint(), settings=settings,
                      chunks_size=chunks_size, shards=plan, files=source_files(source, threads=max(2, workers)))
@@ -170,19 +146,35 @@ def compile_dataset(
         check_source_files(out, lock, [episode_files(source, shard) for shard in plan])
     try:
         write_snapshot(out, source)
+        todo = []
         for i in mine:
             sweep_temps(out, i, chunks_size)
-        todo = [i for i in mine if shard_done(out, i) is None]
+            if shard_done(out, i) is None:
+                sweep_clip_temps(out, i)
+                todo.append(i)
+            else:
+                remove_clips(out, i)  # a kill between a shard's sidecar and the removal of its clips
         lengths = {e.index: e.length for e in episodes}
-        threads = 0 if workers == 1 or len(todo) <= 1 else 1  # decoder threads: auto when shards run one by one
+        files = lock["source"]["files"]
         jobs = [
             ShardJob(src=source.url, storage_options=storage_options, out=out, shard=i, episodes=tuple(plan[i]),
-                     settings=settings, chunks_size=chunks_size, decode_threads=threads)
+                     settings=settings, chunks_size=chunks_size, decode_threads=DECODE_THREADS,
+                     files={rel: files[rel] for rel in sorted(episode_files(source, plan[i])) if rel in files})
             for i in todo
         ]
+        clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in source.camera_keys]
+                 for job in jobs}
+        clips = {shard: [c for c in cs if clip_done(out, c.shard, c.episode, c.camera, c.source_file) is None]
+                 for shard, cs in clips.items()}
         work_frames = sum(lengths[e] for j in jobs for e in j.episodes)
-        with tqdm(total=work_frames, unit="frame", desc="compile", disable=not progress, smoothing=0.1) as bar:
-            _run_jobs(jobs, workers, bar)
+        clip_frames = sum(lengths[c.episode] for cs in clips.values() for c in cs)
+        with tqdm(total=clip_frames, unit="frame", desc="compile", disable=not progress, smoothing=0.05,
+                  bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} camera frames [{elapsed}<{remaining}, "
+                             "{rate_fmt}]") as bar:
+            if workers == 1 or sum(map(len, clips.values())) <= 1:
+                run_inline(jobs, bar.update)
+            else:
+                run_pool(jobs, clips, workers, bar.update)
     except Exception as e:  # an interrupt (KeyboardInterrupt) leaves OUT as it is: a rerun resumes
         cleaned = fresh and part is None
         if cleaned:
@@ -196,9 +188,11 @@ def compile_dataset(
     if finalize and part is None and not done_all:
         raise RoboreelError(f"compile of {out} finished but shards are missing (another writer in OUT?)")
     if done_all:
+        remove_clips_dir(out)
         finalize_out(out)
     report = _report(out, plan, mine, len(todo), part, done_all, lengths, work_frames, time.perf_counter() - t0)
     report.cameras = len(source.camera_keys)
+    report.input_bytes = round(sum(in_bytes[e] for i in mine for e in plan[i]))
     log.info("%s", report.summary())
     return report
 

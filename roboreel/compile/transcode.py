@@ -25,6 +25,7 @@ import av
 import numpy as np
 
 from roboreel.compile.decode import SourceVideo, SpanPackets
+from roboreel.compile.overlap import read_ahead
 from roboreel.compile.settings import CompileSettings
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 
@@ -199,5 +200,8 @@ def transcode_span(
                     data=data, codec=video.codec, height=video.stream.height, width=video.stream.width,
                     frames=length, gop=None, bframes=None, mode="remux", psnr=[math.inf] * n,
                 )
-    frames = video.frames(from_s, length, episode=episode)
-    return encode_clip(frames, length=length, fps=fps, settings=settings, where=where, episode=episode)
+    frames = read_ahead(video.frames(from_s, length, episode=episode))  # decode on a thread, ahead of x265
+    try:
+        return encode_clip(frames, length=length, fps=fps, settings=settings, where=where, episode=episode)
+    finally:
+        frames.close()  # joins the decode thread before anyone touches `video` again

@@ -1,0 +1,85 @@
+"""Run a compile's clip and pack jobs: inline, or over a process pool with one (episode, camera) encode per task.
+
+Clip jobs are submitted in plan order (shard, episode, camera); a shard's pack job is submitted as soon as its
+last clip is done, ahead of further clips, so finished shards appear (and resume) steadily instead of all at the
+end. At most ``workers + 1`` tasks are in flight, which keeps every worker busy without queueing work that a
+failure would have to cancel. The bytes do not depend on any of this: each clip is a pure function of its
+source span and the settings, and a shard is packed in episode order from its clips.
+
+On a failure no new task is started, the tasks in flight finish, and the error of the earliest failed job in plan
+order is raised: with a corrupt episode, the same episode is named whatever the worker count and timing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from roboreel.compile.clips import ClipJob, run_clip
+from roboreel.compile.shardjob import ShardJob, run_shard
+
+_PACK = 1 << 30  # order key of a shard's pack job: after its clips
+
+
+def _init_worker() -> None:
+    os.environ.setdefault("SVT_LOG", "1")
+
+
+def _pack(job: ShardJob) -> int:
+    side = run_shard(job)
+    return int(side["shard"])
+
+
+def run_inline(shards: list[ShardJob], on_frames: Callable[[int], None]) -> None:
+    """Shard by shard in this process (``--workers 1``): clips, then the pack (decode still overlaps encode on
+    a thread inside each clip)."""
+    for job in shards:
+        run_shard(job, on_clip=on_frames)
+
+
+def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: int,
+             on_frames: Callable[[int], None]) -> None:
+    """Every clip job in ``clips`` (by shard), then each shard's pack, over ``workers`` spawned processes."""
+    order = {job.shard: i for i, job in enumerate(shards)}
+    queued: deque[tuple[tuple[int, int], ClipJob]] = deque(
+        ((order[job.shard], k), cj) for job in shards for k, cj in enumerate(clips.get(job.shard, [])))
+    left = {job.shard: len(clips.get(job.shard, [])) for job in shards}
+    packs: deque[ShardJob] = deque(job for job in shards if left[job.shard] == 0)
+    n_tasks = len(queued) + len(shards)
+    ctx = mp.get_context("spawn")  # no fork of a parent holding fsspec/FFmpeg threads
+    errors: list[tuple[tuple[int, int], BaseException]] = []
+    running: dict[cf.Future[Any], tuple[tuple[int, int], ShardJob | ClipJob]] = {}
+    with cf.ProcessPoolExecutor(max_workers=max(1, min(workers, n_tasks)), mp_context=ctx,
+                                initializer=_init_worker) as pool:
+        try:
+            while True:
+                while not errors and len(running) <= workers and (packs or queued):
+                    if packs:
+                        job = packs.popleft()
+                        running[pool.submit(_pack, job)] = ((order[job.shard], _PACK), job)
+                    else:
+                        key, cj = queued.popleft()
+                        running[pool.submit(run_clip, cj)] = (key, cj)
+                if not running:
+                    break
+                done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+                for f in done:
+                    key, job = running.pop(f)
+                    err = f.exception()
+                    if err is not None:
+                        errors.append((key, err))
+                    elif isinstance(job, ClipJob):
+                        on_frames(f.result())
+                        left[job.shard] -= 1
+                        if left[job.shard] == 0:
+                            packs.append(next(s for s in shards if s.shard == job.shard))
+        except BaseException:  # an interrupt: start nothing more; the pool's exit waits for running tasks
+            for f in running:
+                f.cancel()
+            raise
+    if errors:
+        raise min(errors, key=lambda e: e[0])[1]
