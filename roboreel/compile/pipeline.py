@@ -70,6 +70,7 @@ class CompileReport:
     part: tuple[int, int] | None = None
     psnr_per_camera: dict[str, float] = field(default_factory=dict)
     input_bytes: int = 0  # the source bytes (video + rows) of this part's episodes
+    clips_reused: int = 0  # clips an earlier, interrupted run had finished (not made again)
 
     @property
     def size_ratio(self) -> float | None:
@@ -86,7 +87,9 @@ class CompileReport:
         return (
             f"{self.out}{part}: {self.episodes} episodes, {self.frames} frames, {self.shards} shards "
             f"({self.shards_compiled} compiled, {self.shards_skipped} already done), {size}; "
-            f"clips: {self.clips_encoded} encoded, {self.clips_remuxed} stream-copied; {psnr}; "
+            f"clips: {self.clips_encoded} encoded, {self.clips_remuxed} stream-copied"
+            + (f" ({self.clips_reused} kept from an interrupted run)" if self.clips_reused else "")
+            + f"; {psnr}; "
             f"{self.seconds:.1f}s, {self.frames_per_s:.0f} frames/s x {self.cameras} cameras; "
             + ("manifest written" if self.finalized else "not finalized (other parts missing)")
         )
@@ -164,8 +167,10 @@ def compile_dataset(
         ]
         clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in source.camera_keys]
                  for job in jobs}
+        planned_clips = sum(map(len, clips.values()))
         clips = {shard: [c for c in cs if clip_done(out, c.shard, c.episode, c.camera, c.source_file) is None]
                  for shard, cs in clips.items()}
+        reused = planned_clips - sum(map(len, clips.values()))  # finished by an interrupted or failed run
         work_frames = sum(lengths[e] for j in jobs for e in j.episodes)
         clip_frames = sum(lengths[c.episode] for cs in clips.values() for c in cs)
         with tqdm(total=clip_frames, unit="frame", desc="compile", disable=not progress, smoothing=0.05,
@@ -193,6 +198,7 @@ def compile_dataset(
     report = _report(out, plan, mine, len(todo), part, done_all, lengths, work_frames, time.perf_counter() - t0)
     report.cameras = len(source.camera_keys)
     report.input_bytes = round(sum(in_bytes[e] for i in mine for e in plan[i]))
+    report.clips_reused = reused
     log.info("%s", report.summary())
     return report
 
