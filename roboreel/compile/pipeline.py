@@ -179,7 +179,7 @@ def compile_dataset(
             if workers == 1 or sum(map(len, clips.values())) <= 1:
                 run_inline(jobs, bar.update)
             else:
-                run_pool(jobs, clips, workers, bar.update)
+                run_pool(jobs, clips, workers, bar.update, lengths)
     except Exception as e:  # an interrupt (KeyboardInterrupt) leaves OUT as it is: a rerun resumes
         cleaned = fresh and part is None
         if cleaned:

@@ -6,8 +6,10 @@ end. At most ``workers + 1`` tasks are in flight, which keeps every worker busy 
 failure would have to cancel. The bytes do not depend on any of this: each clip is a pure function of its
 source span and the settings, and a shard is packed in episode order from its clips.
 
-On a failure no new task is started, the tasks in flight finish, and the error of the earliest failed job in plan
-order is raised: with a corrupt episode, the same episode is named whatever the worker count and timing.
+Within a shard, clips are submitted longest first (the shortest ones fill the tail). On a failure, only jobs
+that come before the failed one in plan order (shard, episode, camera) are still started, the tasks in flight
+finish, and the error of the earliest failed job in plan order is raised: every job before it ran, so with
+corrupt episodes the same (first) one is named whatever the worker count and timing.
 """
 
 from __future__ import annotations
@@ -41,12 +43,21 @@ def run_inline(shards: list[ShardJob], on_frames: Callable[[int], None]) -> None
         run_shard(job, on_clip=on_frames)
 
 
+def _longest_first(shard_pos: int, clips: list[ClipJob], lengths: dict[int, int]
+                   ) -> list[tuple[tuple[int, int], ClipJob]]:
+    """A shard's clips keyed by plan position, submitted longest first: the shard's last clip to finish (which
+    holds up its pack, and for the last shard the whole compile) is then a short one."""
+    keyed = [((shard_pos, k), cj) for k, cj in enumerate(clips)]
+    return sorted(keyed, key=lambda item: (-lengths[item[1].episode], item[0]))
+
+
 def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: int,
-             on_frames: Callable[[int], None]) -> None:
-    """Every clip job in ``clips`` (by shard), then each shard's pack, over ``workers`` spawned processes."""
+             on_frames: Callable[[int], None], lengths: dict[int, int]) -> None:
+    """Every clip job in ``clips`` (by shard), then each shard's pack, over ``workers`` spawned processes.
+    ``lengths``: episode -> frames, for the submission order."""
     order = {job.shard: i for i, job in enumerate(shards)}
     queued: deque[tuple[tuple[int, int], ClipJob]] = deque(
-        ((order[job.shard], k), cj) for job in shards for k, cj in enumerate(clips.get(job.shard, [])))
+        item for job in shards for item in _longest_first(order[job.shard], clips.get(job.shard, []), lengths))
     left = {job.shard: len(clips.get(job.shard, [])) for job in shards}
     packs: deque[ShardJob] = deque(job for job in shards if left[job.shard] == 0)
     n_tasks = len(queued) + len(shards)
@@ -57,7 +68,11 @@ def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: i
                                 initializer=_init_worker) as pool:
         try:
             while True:
-                while not errors and len(running) <= workers and (packs or queued):
+                if errors:  # only what could fail earlier in plan order still runs (see module doc)
+                    first = min(key for key, _ in errors)
+                    packs = deque(j for j in packs if (order[j.shard], _PACK) < first)
+                    queued = deque(item for item in queued if item[0] < first)
+                while len(running) <= workers and (packs or queued):
                     if packs:
                         job = packs.popleft()
                         running[pool.submit(_pack, job)] = ((order[job.shard], _PACK), job)
