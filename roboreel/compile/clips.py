@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -129,19 +130,44 @@ def read_clip(out: str, shard: int, episode: int, camera: str, doc: dict[str, An
     return data if len(data) == doc["size"] and sha256_hex(data) == doc["sha256"] else None
 
 
-def make_clip(job: ClipJob) -> tuple[bytes, dict[str, Any]]:
+class _Ticker:
+    """Frame progress in batches (a pool worker sends it through a pipe): ``add(1)`` per frame, ``finish``
+    reports what is left of the clip (a stream copy has no per-frame step)."""
+
+    def __init__(self, sink: Callable[[int], None] | None, every: int = 8) -> None:
+        self.sink, self.every, self.sent, self.pending = sink, every, 0, 0
+
+    def add(self, n: int) -> None:
+        self.pending += n
+        if self.pending >= self.every:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.sink is not None and self.pending:
+            self.sink(self.pending)
+        self.sent += self.pending
+        self.pending = 0
+
+    def finish(self, total: int) -> None:
+        self.pending = max(0, total - self.sent)
+        self._flush()
+
+
+def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> tuple[bytes, dict[str, Any]]:
     """Decode the episode's span of the camera's source mp4 and encode (or stream-copy) it; write the clip
-    files; returns (clip bytes, its json)."""
+    files; returns (clip bytes, its json). ``on_frames(n)``: progress, n more frames encoded."""
     source = worker_source(job.src, job.storage_options)
     ep = source.episode(job.episode)
     span = ep.videos[job.camera]
     video = _video(source, span.path, episode=ep.index, threads=job.decode_threads, settings=job.settings)
+    ticks = _Ticker(on_frames)
     try:
         clip = transcode_span(video, from_s=span.from_timestamp, length=ep.length, settings=job.settings,
-                              episode=ep.index, where=span.path)
+                              episode=ep.index, where=span.path, progress=ticks.add)
     except BaseException:
         _drop_video(source, span.path)  # its position is no longer trusted
         raise
+    ticks.finish(ep.length)
     doc = {
         "episode": ep.index, "camera": job.camera, "size": len(clip.data), "sha256": sha256_hex(clip.data),
         "source_file": job.source_file,
@@ -154,12 +180,10 @@ def make_clip(job: ClipJob) -> tuple[bytes, dict[str, Any]]:
     return clip.data, doc
 
 
-def run_clip(job: ClipJob) -> int:
-    """A pool task: make the clip unless a finished one exists; returns its frame count (for progress)."""
-    doc = clip_done(job.out, job.shard, job.episode, job.camera, job.source_file)
-    if doc is None:
-        _, doc = make_clip(job)
-    return int(doc["info"]["frames"])
+def run_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> None:
+    """A pool task: make the clip unless a finished one exists."""
+    if clip_done(job.out, job.shard, job.episode, job.camera, job.source_file) is None:
+        make_clip(job, on_frames)
 
 
 def sweep_clip_temps(out: str, shard: int) -> int:

@@ -27,20 +27,32 @@ from roboreel.compile.shardjob import ShardJob, run_shard
 _PACK = 1 << 30  # order key of a shard's pack job: after its clips
 
 
-def _init_worker() -> None:
+# -- worker side ------------------------------------------------------------------------------------------
+_PROGRESS: Any = None  # a SimpleQueue to the parent: frames encoded, in batches
+
+
+def _init_worker(progress: Any) -> None:
+    global _PROGRESS
+    _PROGRESS = progress
     os.environ.setdefault("SVT_LOG", "1")
 
 
-def _pack(job: ShardJob) -> int:
-    side = run_shard(job)
-    return int(side["shard"])
+def _clip_task(job: ClipJob) -> None:
+    run_clip(job, on_frames=_PROGRESS.put)
+
+
+def _pack_task(job: ShardJob) -> None:
+    run_shard(job, on_frames=_PROGRESS.put)
+
+
+# -- parent side ------------------------------------------------------------------------------------------
 
 
 def run_inline(shards: list[ShardJob], on_frames: Callable[[int], None]) -> None:
     """Shard by shard in this process (``--workers 1``): clips, then the pack (decode still overlaps encode on
     a thread inside each clip)."""
     for job in shards:
-        run_shard(job, on_clip=on_frames)
+        run_shard(job, on_frames=on_frames)
 
 
 def _longest_first(shard_pos: int, clips: list[ClipJob], lengths: dict[int, int]
@@ -64,8 +76,14 @@ def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: i
     ctx = mp.get_context("spawn")  # no fork of a parent holding fsspec/FFmpeg threads
     errors: list[tuple[tuple[int, int], BaseException]] = []
     running: dict[cf.Future[Any], tuple[tuple[int, int], ShardJob | ClipJob]] = {}
+    progress = ctx.SimpleQueue()
+
+    def drain() -> None:
+        while not progress.empty():
+            on_frames(progress.get())
+
     with cf.ProcessPoolExecutor(max_workers=max(1, min(workers, n_tasks)), mp_context=ctx,
-                                initializer=_init_worker) as pool:
+                                initializer=_init_worker, initargs=(progress,)) as pool:
         try:
             while True:
                 if errors:  # only what could fail earlier in plan order still runs (see module doc)
@@ -75,20 +93,20 @@ def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: i
                 while len(running) <= workers and (packs or queued):
                     if packs:
                         job = packs.popleft()
-                        running[pool.submit(_pack, job)] = ((order[job.shard], _PACK), job)
+                        running[pool.submit(_pack_task, job)] = ((order[job.shard], _PACK), job)
                     else:
                         key, cj = queued.popleft()
-                        running[pool.submit(run_clip, cj)] = (key, cj)
+                        running[pool.submit(_clip_task, cj)] = (key, cj)
                 if not running:
                     break
-                done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+                done, _ = cf.wait(running, timeout=0.25, return_when=cf.FIRST_COMPLETED)
+                drain()
                 for f in done:
                     key, job = running.pop(f)
                     err = f.exception()
                     if err is not None:
                         errors.append((key, err))
                     elif isinstance(job, ClipJob):
-                        on_frames(f.result())
                         left[job.shard] -= 1
                         if left[job.shard] == 0:
                             packs.append(next(s for s in shards if s.shard == job.shard))
@@ -96,5 +114,7 @@ def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: i
             for f in running:
                 f.cancel()
             raise
+        finally:
+            drain()
     if errors:
         raise min(errors, key=lambda e: e[0])[1]

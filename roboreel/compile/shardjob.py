@@ -98,9 +98,9 @@ def shard_done(out: str, shard: int) -> dict[str, Any] | None:
     return side
 
 
-def run_shard(job: ShardJob, on_clip: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Pack one shard (making any clip not made yet); returns its sidecar dict. ``on_clip(frames)`` is called
-    after each clip made here."""
+def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Pack one shard (making any clip not made yet); returns its sidecar dict. ``on_frames(n)``: progress of
+    the clips made here, n more camera frames."""
     t0 = time.perf_counter()
     source = worker_source(job.src, job.storage_options)
     tar_rel, data_rel, side_rel = shard_files(job.shard, job.chunks_size)
@@ -110,7 +110,7 @@ def run_shard(job: ShardJob, on_clip: Callable[[int], None] | None = None) -> di
         for ep_index in job.episodes:
             ep = source.episode(ep_index)
             rows = source.episode_rows(ep)
-            record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, job, on_clip)
+            record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, job, on_frames)
             members = writer.add(record)
             entries.append(EpisodeEntry(
                 index=ep.index, length=ep.length, from_index=ep.from_index, to_index=ep.to_index,
@@ -135,25 +135,23 @@ def run_shard(job: ShardJob, on_clip: Callable[[int], None] | None = None) -> di
 
 
 def _clip(source: LeRobotSource, job: ShardJob, episode: int, camera: str,
-          on_clip: Callable[[int], None] | None) -> tuple[bytes, dict[str, Any]]:
+          on_frames: Callable[[int], None] | None) -> tuple[bytes, dict[str, Any]]:
     """A clip's bytes and json: the finished clip file when there is a sound one, else made now."""
     cj = job.clip_job(source, episode, camera)
     doc = clip_done(job.out, job.shard, episode, camera, cj.source_file)
     data = read_clip(job.out, job.shard, episode, camera, doc) if doc is not None else None
     if data is None or doc is None:
-        data, doc = make_clip(cj)
-        if on_clip is not None:
-            on_clip(int(doc["info"]["frames"]))
+        data, doc = make_clip(cj, on_frames)
     return data, doc
 
 
 def _episode_record(
-    source: LeRobotSource, ep: EpisodeMeta, rows: Any, job: ShardJob, on_clip: Callable[[int], None] | None
+    source: LeRobotSource, ep: EpisodeMeta, rows: Any, job: ShardJob, on_frames: Callable[[int], None] | None
 ) -> tuple[EpisodeRecord, dict[str, Any]]:
     """One episode's record (clips of every camera + rows + meta) and per-clip info for the sidecar."""
     clips, info = {}, {}
     for cam in source.camera_keys:
-        clips[cam], doc = _clip(source, job, ep.index, cam, on_clip)
+        clips[cam], doc = _clip(source, job, ep.index, cam, on_frames)
         info[cam] = doc["info"]
     meta = {
         "episode_index": ep.index, "length": ep.length, "dataset_from_index": ep.from_index,
