@@ -1,14 +1,16 @@
-"""``compile_dataset``: check the source, plan shards, compile the missing ones in a process pool, finalize.
+"""``compile_dataset``: check the source, plan shards, make the missing clips and shards, finalize.
 
 Order of events, each step crash-safe:
 1. check the source's metadata and data schemas (nothing written yet: bad metadata leaves OUT untouched);
 2. write OUT's lock (source fingerprint, settings, plan) and a meta snapshot, or verify they match (resume);
-3. compile every shard of this part that has no complete sidecar yet, ``workers`` at a time (spawned processes:
-   no fork of a parent holding fsspec/FFmpeg threads);
+3. for every shard of this part that has no complete sidecar yet, make each (episode, camera) clip not made by
+   an earlier run, ``workers`` at a time (schedule.py; spawned processes: no fork of a parent holding
+   fsspec/FFmpeg threads), and pack the shard once its clips exist;
 4. finalize (meta/ + roboreel.json) when every shard of the dataset exists.
 
 A data fault (SourceError) stops the run. When this run created OUT and compiles the whole dataset, OUT is
-removed again; otherwise finished shards stay (they are complete and valid) and temp files are removed.
+removed again; otherwise finished shards and clips stay (they are complete and valid) and temp files are
+removed.
 """
 
 from __future__ import annotations
@@ -120,7 +122,8 @@ def compile_dataset(
 
     ``part=(K, N)`` compiles the K-th of N contiguous blocks of shards (0 <= K < N); the manifest is written by
     whichever run finds every shard complete (or by ``finalize(out)``). ``finalize=False`` never writes it.
-    Rerunning into the same OUT resumes: complete shards are kept, the rest compiled.
+    Rerunning into the same OUT resumes: complete shards are kept, finished clips of the others reused (unless
+    their source file changed), the rest compiled. ``workers``: parallel (episode, camera) encodes.
     """
     from tqdm import tqdm
 
@@ -187,7 +190,7 @@ def compile_dataset(
         if isinstance(e, RoboreelError):
             raise
         # Anything else (a full disk, a file-size limit, a bug) still gets one line saying what happened to OUT.
-        kept = f"removed what it had written to {out}" if cleaned else f"finished shards stay in {out}; a rerun resumes"
+        kept = f"removed what it had written to {out}" if cleaned else f"finished shards and clips stay in {out}; a rerun resumes"
         raise RoboreelError(f"compile stopped by {type(e).__name__}: {e} ({kept})") from e
     done_all = finalize and all(shard_done(out, i) is not None for i in range(len(plan)))
     if finalize and part is None and not done_all:
