@@ -1,4 +1,5 @@
-"""Run a compile's clip and pack jobs: inline, or over a process pool with one (episode, camera) encode per task.
+"""Run a compile's clip and pack jobs: inline, or ``workers`` at a time (one on a thread of this process, the
+others in spawned processes), one (episode, camera) encode per task.
 
 Clip jobs are submitted in plan order (shard, episode, camera); a shard's pack job is submitted as soon as its
 last clip is done, ahead of further clips, so finished shards appear (and resume) steadily instead of all at the
@@ -17,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import queue
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -63,54 +65,78 @@ def _longest_first(shard_pos: int, clips: list[ClipJob], lengths: dict[int, int]
     return sorted(keyed, key=lambda item: (-lengths[item[1].episode], item[0]))
 
 
+def _local_clip(job: ClipJob, sink: Callable[[int], None]) -> None:
+    run_clip(job, on_frames=sink)
+
+
+def _local_pack(job: ShardJob, sink: Callable[[int], None]) -> None:
+    run_shard(job, on_frames=sink)
+
+
 def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: int,
              on_frames: Callable[[int], None], lengths: dict[int, int]) -> None:
-    """Every clip job in ``clips`` (by shard), then each shard's pack, over ``workers`` spawned processes.
-    ``lengths``: episode -> frames, for the submission order."""
+    """Every clip job in ``clips`` (by shard), then each shard's pack, ``workers`` at a time: one on a thread of
+    this process, the others in ``workers - 1`` spawned processes. ``lengths``: episode -> frames.
+
+    The thread starts encoding at once, while the processes are still importing (about a second each on a busy
+    2-core machine): on a compile of a few dozen seconds that start-up is what separates the 2-worker time from
+    half the 1-worker time. Codec calls release the GIL, so the thread encodes as fast as a process would.
+    """
     order = {job.shard: i for i, job in enumerate(shards)}
+    by_shard = {job.shard: job for job in shards}
     queued: deque[tuple[tuple[int, int], ClipJob]] = deque(
         item for job in shards for item in _longest_first(order[job.shard], clips.get(job.shard, []), lengths))
     left = {job.shard: len(clips.get(job.shard, [])) for job in shards}
     packs: deque[ShardJob] = deque(job for job in shards if left[job.shard] == 0)
-    n_tasks = len(queued) + len(shards)
+    n_procs = max(1, min(workers - 1, len(queued) + len(shards) - 1))
     ctx = mp.get_context("spawn")  # no fork of a parent holding fsspec/FFmpeg threads
     errors: list[tuple[tuple[int, int], BaseException]] = []
-    running: dict[cf.Future[Any], tuple[tuple[int, int], ShardJob | ClipJob]] = {}
-    progress = ctx.SimpleQueue()
+    running: dict[cf.Future[Any], tuple[tuple[int, int], ShardJob | ClipJob, bool]] = {}  # (key, job, local)
+    progress = ctx.SimpleQueue()  # from the processes
+    local_progress: queue.SimpleQueue[int] = queue.SimpleQueue()  # from the thread
 
     def drain() -> None:
-        while not progress.empty():
-            on_frames(progress.get())
+        for q in (progress, local_progress):
+            while not q.empty():
+                on_frames(q.get())
 
-    with cf.ProcessPoolExecutor(max_workers=max(1, min(workers, n_tasks)), mp_context=ctx,
-                                initializer=_init_worker, initargs=(progress,)) as pool:
+    def submit(pool: cf.Executor, local: bool) -> None:
+        if packs:
+            job: ShardJob | ClipJob = packs.popleft()
+            key = (order[job.shard], _PACK)
+            f = pool.submit(_local_pack, job, local_progress.put) if local else pool.submit(_pack_task, job)
+        else:
+            key, job = queued.popleft()
+            f = pool.submit(_local_clip, job, local_progress.put) if local else pool.submit(_clip_task, job)
+        running[f] = (key, job, local)
+
+    with cf.ThreadPoolExecutor(1, thread_name_prefix="roboreel-clip") as thread, \
+            cf.ProcessPoolExecutor(max_workers=n_procs, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(progress,)) as procs:
         try:
             while True:
                 if errors:  # only what could fail earlier in plan order still runs (see module doc)
                     first = min(key for key, _ in errors)
                     packs = deque(j for j in packs if (order[j.shard], _PACK) < first)
                     queued = deque(item for item in queued if item[0] < first)
-                while len(running) <= workers and (packs or queued):
-                    if packs:
-                        job = packs.popleft()
-                        running[pool.submit(_pack_task, job)] = ((order[job.shard], _PACK), job)
-                    else:
-                        key, cj = queued.popleft()
-                        running[pool.submit(_clip_task, cj)] = (key, cj)
+                if (packs or queued) and not any(local for _, _, local in running.values()):
+                    submit(thread, local=True)
+                while (packs or queued) and sum(not local for _, _, local in running.values()) <= n_procs:
+                    submit(procs, local=False)  # one queued beyond the processes: none waits for the parent
                 if not running:
                     break
                 done, _ = cf.wait(running, timeout=0.25, return_when=cf.FIRST_COMPLETED)
                 drain()
                 for f in done:
-                    key, job = running.pop(f)
+                    key, job, _ = running.pop(f)
                     err = f.exception()
                     if err is not None:
                         errors.append((key, err))
                     elif isinstance(job, ClipJob):
                         left[job.shard] -= 1
                         if left[job.shard] == 0:
-                            packs.append(next(s for s in shards if s.shard == job.shard))
-        except BaseException:  # an interrupt: start nothing more; the pool's exit waits for running tasks
+                            packs.append(by_shard[job.shard])
+        except BaseException:  # an interrupt: start nothing more; the executors' exit waits for running tasks
             for f in running:
                 f.cancel()
             raise
