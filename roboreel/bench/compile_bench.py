@@ -21,6 +21,7 @@ mean per-clip means, for roboreel's clips and (``unit="clip"``) for ffmpeg's.
 from __future__ import annotations
 
 import io
+import resource
 import statistics
 import subprocess
 import tarfile
@@ -66,6 +67,13 @@ def spans(src: LeRobotSource) -> list[Span]:
             for e in src.episodes for cam, v in e.videos.items()]
 
 
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process and its reaped children: what a tool consumed, however
+    busy the shared machine was (wall-clock throughput is what the goals are about, this is the cross-check)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _packets(path: Path) -> int:
     with av.open(str(path)) as c:
         return sum(1 for p in c.demux(c.streams.video[0]) if p.size)
@@ -100,14 +108,14 @@ def ffmpeg_transcode(source: str, settings: CompileSettings, *, workers: int, un
     with tempfile.TemporaryDirectory(prefix="roboreel-ffmpeg-") as tmp:
         where = keep or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), _cpu_s()
         with ThreadPoolExecutor(workers) as pool:  # threads only wait on ffmpeg processes
             for f in [pool.submit(_ffmpeg, args, where / name, settings, size) for args, name, size in jobs]:
                 f.result()
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, _cpu_s() - cpu
         frames = sum(_packets(where / name) for _, name, _ in jobs)
     return {"tool": "ffmpeg", "unit": unit, "workers": workers, "frames": frames, "seconds": seconds,
-            "frames_per_s": frames / seconds}
+            "frames_per_s": frames / seconds, "cpu_s": cpu}
 
 
 def roboreel_transcode(source: str, settings: CompileSettings, *, workers: int,
@@ -115,12 +123,13 @@ def roboreel_transcode(source: str, settings: CompileSettings, *, workers: int,
     """A full ``compile_dataset`` into a temp dir (or ``keep``); frames/s counts every camera frame written."""
     with tempfile.TemporaryDirectory(prefix="roboreel-compile-") as tmp:
         out = keep or Path(tmp) / "out"
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), _cpu_s()
         report = compile_dataset(source, str(out), settings=settings, workers=workers, overwrite=True)
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, _cpu_s() - cpu
         frames = sum(_packets_bytes(data) for _, data in compiled_clips(out))
     return {"tool": "roboreel", "workers": workers, "frames": frames, "seconds": seconds,
-            "frames_per_s": frames / seconds, "size_ratio": report.size_ratio, "shards": report.shards}
+            "frames_per_s": frames / seconds, "cpu_s": cpu, "size_ratio": report.size_ratio,
+            "shards": report.shards}
 
 
 def _packets_bytes(data: bytes) -> int:
@@ -217,15 +226,22 @@ def compile_benchmark(source: str, *, settings: CompileSettings | None = None,
 
 
 def compile_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median frames/s per tool and worker count, roboreel / ffmpeg, and roboreel's speed-up over 1 worker."""
+    """Median frames/s per tool and worker count, roboreel / ffmpeg, roboreel's speed-up over 1 worker, and
+    the median CPU milliseconds per frame of each tool."""
     out = []
-    med = {(tool, w): statistics.median([r["frames_per_s"] for r in runs if r["workers"] == w and r["tool"] == tool])
-           for tool in ("roboreel", "ffmpeg") for w in {r["workers"] for r in runs}}
-    for w in sorted({r["workers"] for r in runs}):
-        base = med.get(("roboreel", 1))
-        out.append({"workers": w, "roboreel_fps": med["roboreel", w], "ffmpeg_fps": med["ffmpeg", w],
-                    "ratio": med["roboreel", w] / med["ffmpeg", w],
-                    "speedup_vs_1": med["roboreel", w] / base if base else None})
+    ws = sorted({r["workers"] for r in runs})
+
+    def med(tool: str, w: int, key: str) -> float:
+        return statistics.median([r[key] if key != "cpu_ms" else 1000 * r["cpu_s"] / r["frames"]
+                                  for r in runs if r["workers"] == w and r["tool"] == tool])
+
+    base = med("roboreel", 1, "frames_per_s") if 1 in ws else None
+    for w in ws:
+        fps = {tool: med(tool, w, "frames_per_s") for tool in ("roboreel", "ffmpeg")}
+        out.append({"workers": w, "roboreel_fps": fps["roboreel"], "ffmpeg_fps": fps["ffmpeg"],
+                    "ratio": fps["roboreel"] / fps["ffmpeg"], "speedup_vs_1": fps["roboreel"] / base if base else None,
+                    "roboreel_cpu_ms_per_frame": med("roboreel", w, "cpu_ms"),
+                    "ffmpeg_cpu_ms_per_frame": med("ffmpeg", w, "cpu_ms")})
     return out
 
 
@@ -238,11 +254,12 @@ def _ffmpeg_version() -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     """The tables docs/benchmarks.md shows."""
-    lines = ["| workers | roboreel frames/s | ffmpeg CLI frames/s | roboreel / ffmpeg | roboreel speed-up vs 1 worker |",
-             "|---|---|---|---|---|"]
+    lines = ["| workers | roboreel frames/s | ffmpeg CLI frames/s | roboreel / ffmpeg | roboreel speed-up vs 1 worker "
+             "| CPU ms/frame roboreel | CPU ms/frame ffmpeg |", "|---|---|---|---|---|---|---|"]
     for r in result["ratios"]:
         up = f"{r['speedup_vs_1']:.2f}x" if r["speedup_vs_1"] else "n/a"
-        lines.append(f"| {r['workers']} | {r['roboreel_fps']:.1f} | {r['ffmpeg_fps']:.1f} | **{r['ratio']:.2f}** | {up} |")
+        lines.append(f"| {r['workers']} | {r['roboreel_fps']:.1f} | {r['ffmpeg_fps']:.1f} | **{r['ratio']:.2f}** | {up} "
+                     f"| {r['roboreel_cpu_ms_per_frame']:.1f} | {r['ffmpeg_cpu_ms_per_frame']:.1f} |")
     if result["psnr"]:
         lines += ["", "| clips by | PSNR mean (dB) | lowest clip mean (dB) | lowest frame (dB) | frames measured |",
                   "|---|---|---|---|---|"]
