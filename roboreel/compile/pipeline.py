@@ -179,10 +179,13 @@ def compile_dataset(
         with tqdm(total=clip_frames, unit="frame", desc="compile", disable=not progress, smoothing=0.05,
                   bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} camera frames [{elapsed}<{remaining}, "
                              "{rate_fmt}]") as bar:
-            if workers == 1 or sum(map(len, clips.values())) <= 1:
-                run_inline(jobs, bar.update)
-            else:
-                run_pool(jobs, clips, workers, bar.update, lengths)
+            try:
+                if workers == 1 or sum(map(len, clips.values())) <= 1:
+                    run_inline(jobs, bar.update)
+                else:
+                    run_pool(jobs, clips, workers, bar.update, lengths)
+            finally:
+                forget_sources()  # close the decoders this process opened
     except Exception as e:  # an interrupt (KeyboardInterrupt) leaves OUT as it is: a rerun resumes
         cleaned = fresh and part is None
         if cleaned:
