@@ -42,10 +42,10 @@ from roboreel.formats.lerobot_v3 import LeRobotSource
 
 log = logging.getLogger(__name__)
 
-# AV1 decoder threads per clip job. Measured at 640x480 (libdav1d, 2 cores, see docs/format.md "Compile"): 1
-# thread 494-503 frames/s, 2 threads 432-435, auto 395-494, against ~20 frames/s for single-threaded x265
-# veryfast: decode is ~4% of a clip's work and already runs beside the encoder (overlap.py); more decoder
-# threads only compete with the other workers' encoders.
+# AV1 decoder threads per clip job. Measured (docs/format.md, "Work unit and parallelism"): libdav1d costs the
+# least CPU per frame with 1 thread (640x480: 1.47 ms vs 1.53-1.62 with 2 and 1.54-1.66 auto), against ~31 ms
+# per frame for single-threaded x265 veryfast: decode is ~5% of a clip's work and already runs beside the
+# encoder (overlap.py); more decoder threads only take CPU from the other workers' encoders.
 DECODE_THREADS = 1
 
 
