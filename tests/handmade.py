@@ -9,6 +9,7 @@ breaks exactly one thing.
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import tarfile
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
+import pyarrow as pa
+import pyarrow.parquet as pq
 import webdataset as wds
 
 from roboreel.formats import manifest as mf
@@ -116,3 +119,20 @@ def rewrite_shard(root: Path, pos: int, edit: Callable[[dict[str, bytes]], dict[
     m.__dict__.pop("_lengths", None)
     mf.write_manifest(root, m)
     return m
+
+
+def edit_index(root: Path, which: str, edit: Callable[[list[dict]], None]) -> None:
+    """Edit the rows of an index table in place (``which``: "shards", or "episodes" for the first episode file)
+    and record the file's new size and sha256 in roboreel.json, so only what ``edit`` changed is wrong. Written
+    directly with pyarrow, not through IndexWriter, so an inconsistent index can be made on purpose."""
+    from roboreel.formats import index as ix
+
+    doc = json.loads((root / mf.MANIFEST_NAME).read_text())
+    ref = doc["index"]["shards"] if which == "shards" else doc["index"]["episodes"][0]
+    schema = ix.SHARDS_SCHEMA if which == "shards" else ix.EPISODES_SCHEMA
+    rows = pq.read_table(root / ref["path"]).to_pylist()
+    edit(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / ref["path"],
+                   row_group_size=doc["index"]["row_group_rows"])
+    ref.update(ix.file_digest(str(root / ref["path"])))
+    (root / mf.MANIFEST_NAME).write_text(json.dumps(doc))

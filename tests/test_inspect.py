@@ -52,7 +52,7 @@ def test_inspect_compiled(small_source, tmp_path, capsys):
     out = tmp_path / "compiled"
     m = hand_compile(small_source, out, per_shard=3)
     s = inspect_json(capsys, out)
-    assert (s["kind"], s["format_version"], s["episodes"], s["frames"]) == ("compiled", 1, 8, m.total_frames)
+    assert (s["kind"], s["format_version"], s["episodes"], s["frames"]) == ("compiled", 2, 8, m.total_frames)
     tars = sorted(out.glob("shards/*.tar"))
     sizes = [p.stat().st_size for p in tars]
     assert s["shards"] == {"count": 3, "bytes": sum(sizes), "min_bytes": min(sizes), "max_bytes": max(sizes),

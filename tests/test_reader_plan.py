@@ -126,7 +126,7 @@ def test_worker_quotas_deal_whole_batches():
 def test_episode_selection():
     m = _manifest([2, 2, 2], [10])
     got = consumer_slices(m, World(), seed=0, epoch=0, shuffle=False, episodes=[1, 4])
-    assert [(s.shard, s.episodes) for s in got] == [(0, (1,)), (2, (4,))]
+    assert [(s.shard, tuple(s.episodes)) for s in got] == [(0, (1,)), (2, (4,))]
 
 
 def test_shard_order_is_a_seeded_permutation_per_epoch():

@@ -37,12 +37,13 @@ def test_remote_epoch_equals_local_with_one_request_per_shard(compiled):
     with FaultyServer(compiled) as server:
         ds, remote = run(server.url)
         gets = shard_gets(server)
+        slices = [s for w in range(2) for s in ds._slices(World(0, 1, w, 2), 0)]  # (reads the index)
+        shards = ds.manifest.shards
     assert_same_batches(remote, local)
     # one GET per slice: every shard once, a shard cut between the two workers once by each
-    slices = [s for w in range(2) for s in ds._slices(World(0, 1, w, 2), 0)]
-    assert sorted(r.path for r in gets) == sorted(f"/{ds.manifest.shards[s.shard].path}" for s in slices)
-    assert {r.path for r in gets} == {f"/{s.path}" for s in ds.manifest.shards}
-    assert len(slices) <= len(ds.manifest.shards) + 1
+    assert sorted(r.path for r in gets) == sorted(f"/{shards[s.shard].path}" for s in slices)
+    assert {r.path for r in gets} == {f"/{s.path}" for s in shards}
+    assert len(slices) <= len(shards) + 1
     assert not [r for r in server.log if r.method == "HEAD" and r.path.startswith("/shards/")]
     assert ds.stats()["requests"] == len(slices)
 
@@ -92,7 +93,17 @@ def test_stalled_responses_time_out_and_retry(compiled):
 def test_manifest_fetch_is_retried(compiled):
     with FaultyServer(compiled, faults=Faults(unavailable=1.0, path_prefix="/roboreel.json", max_faults=2)) as srv:
         ds = CompiledDataset(srv.url, backoff_s=0.01)
-    assert len(ds.manifest.episodes) == 8
+    assert ds.manifest.num_episodes == 8
+
+
+def test_index_fetches_are_retried(compiled):
+    """Index files (the shard table at construction, episode rows when a worker plans) retry like shards."""
+    _, local = run(str(compiled), num_workers=0)
+    with FaultyServer(compiled, faults=Faults(unavailable=0.5, reset=0.5, path_prefix="/index/", max_faults=4)) as srv:
+        ds, remote = run(srv.url, num_workers=0)
+        injected = srv.faults_injected()
+    assert sum(injected.values()) == 4
+    assert_same_batches(remote, local)
 
 
 def test_persistent_failure_names_the_shard(compiled):
@@ -108,10 +119,11 @@ def test_episode_level_split_reads_only_its_part(compiled):
     with FaultyServer(compiled) as server:
         ds, remote = run(server.url, num_workers=3)
         gets = shard_gets(server)
+        episodes = ds.manifest.episodes
     assert sorted(i for b in remote for i in batch_indices(b)) == list(range(ds.manifest.total_frames))
     starts = {r.start for r in gets}
     assert all(s % 512 == 0 for s in starts)  # every request starts at a record's tar header
     assert len(gets) > len(ds.manifest.shards)  # some shard was read in parts, by two workers
     # nothing is fetched twice but the (at most two) episodes cut between two workers: both read them whole
-    record = max(sum(x.size + 512 for x in e.members) + 512 for e in ds.manifest.episodes)
+    record = max(sum(x.size + 512 for x in e.members) + 512 for e in episodes)
     assert sum(r.sent for r in gets) <= sum(s.size for s in ds.manifest.shards) + 2 * record

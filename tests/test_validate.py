@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from handmade import hand_compile, rewrite_shard
+from handmade import edit_index, hand_compile, rewrite_shard
 
 from roboreel.cli import main
 from roboreel.formats import shard as sh
@@ -285,26 +285,31 @@ def test_clip_shorter_than_episode(hand_compiled, tmp_path):
 
 def test_manifest_checksums(hand_compiled, tmp_path):
     root = copy(hand_compiled, tmp_path)
-    doc = json.loads((root / "roboreel.json").read_text())
-    doc["shards"][2]["sha256"] = "0" * 64
-    doc["episodes"][0]["members"][0]["sha256"] = "0" * 64
-    doc["episodes"][1]["rows_sha256"] = "v2:" + "0" * 64
-    (root / "roboreel.json").write_text(json.dumps(doc))
+    shards = load_manifest(str(root)).shards
+    edit_index(root, "shards", lambda rows: rows[2].update(sha256="0" * 64))
+
+    def episodes(rows):
+        rows[0]["members"][0]["sha256"] = "0" * 64
+        rows[1]["rows_sha256"] = "v2:" + "0" * 64
+
+    edit_index(root, "episodes", episodes)
     report = validate(str(root))
     assert {(f.code, f.file, f.episode) for f in report.findings} == {
-        ("shard-checksum-mismatch", doc["shards"][2]["path"], None),
-        ("member-checksum-mismatch", doc["shards"][0]["path"], 0),
-        ("rows-digest", doc["shards"][0]["path"], 1),
+        ("shard-checksum-mismatch", shards[2].path, None),
+        ("member-checksum-mismatch", shards[0].path, 0),
+        ("rows-digest", shards[0].path, 1),
         ("rows-digest", LeRobotSource(str(root)).episode(1).data_path, 1)}  # data/ is hashed against it too
     assert validate(str(root), fast=True).findings == []  # --fast does not hash
 
 
 def test_manifest_contradicting_itself(hand_compiled, tmp_path):
     root = copy(hand_compiled, tmp_path)
-    doc = json.loads((root / "roboreel.json").read_text())
-    doc["episodes"][0]["shard"] = 2
-    doc["episodes"][4]["to_index"] += 1
-    (root / "roboreel.json").write_text(json.dumps(doc))
+
+    def episodes(rows):
+        rows[0]["shard"] = 2
+        rows[4]["to_index"] += 1
+
+    edit_index(root, "episodes", episodes)
     report = validate(str(root))
     assert {(f.code, f.episode) for f in report.findings} == {
         ("manifest-inconsistent", 0), ("manifest-inconsistent", 4),
@@ -318,7 +323,7 @@ def test_manifest_version_and_garbage_exit_2(hand_compiled, tmp_path, capsys):
     rc, out = run_json(capsys, str(root))
     assert rc == 2 and [f["code"] for f in out["findings"]] == ["manifest-version"]
     assert "newer" in out["findings"][0]["message"]
-    (root / "roboreel.json").write_text(json.dumps({**doc, "shards": "x"}))
+    (root / "roboreel.json").write_text(json.dumps({**doc, "index": "x"}))
     rc, out = run_json(capsys, str(root))
     assert rc == 2 and [f["code"] for f in out["findings"]] == ["manifest-unreadable"]
 
@@ -363,11 +368,13 @@ def test_old_v1_rows_digest_is_checked_and_a_mismatch_only_warns(hand_compiled, 
     from roboreel.formats.digest import rows_digest_v1
 
     root = copy(hand_compiled, tmp_path)
-    doc = json.loads((root / "roboreel.json").read_text())
     src = LeRobotSource(str(root))
-    doc["episodes"][0]["rows_sha256"] = rows_digest_v1(src.episode_rows(src.episode(0)))
-    doc["episodes"][1]["rows_sha256"] = "0" * 64
-    (root / "roboreel.json").write_text(json.dumps(doc))
+
+    def episodes(rows):
+        rows[0]["rows_sha256"] = rows_digest_v1(src.episode_rows(src.episode(0)))
+        rows[1]["rows_sha256"] = "0" * 64
+
+    edit_index(root, "episodes", episodes)
     report = validate(str(root))
     assert report.count("error") == 0
     assert {(f.code, f.episode) for f in report.findings} == {("rows-digest-v1", 1)}

@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--soak", type=int, default=None, metavar="EPOCHS",
                    help="soak: EPOCHS epochs with persistent workers, RSS of every process per epoch")
     p.add_argument("--soak-warmup", type=int, default=5, help="with --soak: epochs before growth is measured")
+    p.add_argument("--scale", action="store_true",
+                   help="start-up and memory vs episodes in the index (padded indexes of --scale-sizes episodes)")
+    p.add_argument("--scale-sizes", default="1000,10000,100000,1000000")
     p.add_argument("--out", default="bench-out", help="directory for JSON/CSV/PNG reports")
     p.set_defaults(func=run)
 
@@ -59,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     from roboreel.formats.manifest import load_manifest
 
     out = Path(args.out)
+    if args.scale:
+        return _scale(args, out)
     if args.prepare:
         spec = DataSpec(episodes=args.episodes, height=args.height, width=args.width, min_length=args.min_length,
                         max_length=args.max_length, cameras=args.cameras)
@@ -122,3 +127,26 @@ def _compile_source(args: argparse.Namespace, out: Path) -> Path:
                           video_files_size_in_mb=100.0, data_files_size_in_mb=100.0)
         synthesize(root, cfg, overwrite=True, progress=True)
     return root
+
+
+def _scale(args: argparse.Namespace, out: Path) -> int:
+    import dataclasses
+
+    from roboreel.bench.scale import ScaleConfig, markdown, run_scale
+    from roboreel.compile import CompileSettings, compile_dataset
+    from roboreel.synth import SynthConfig, camera_names, synthesize
+
+    work = out / "scale-data"
+    real = Path(args.compiled) if args.compiled else work / "real"
+    if not args.compiled and not (real / "roboreel.json").exists():  # 16 episodes, 3 cameras: the real part
+        src = work / "real-src"
+        synthesize(src, SynthConfig(episodes=16, min_length=40, max_length=60, height=96, width=128,
+                                    cameras=camera_names(3)), overwrite=True)
+        settings = dataclasses.replace(CompileSettings(), episodes_per_shard=4)
+        compile_dataset(str(src), str(real), settings=settings, overwrite=True)
+    cfg = ScaleConfig(sizes=tuple(int(x) for x in args.scale_sizes.split(",")), batch_size=args.batch_size,
+                      num_workers=args.num_workers)
+    rows = run_scale(work, real, cfg, out)
+    print("\n" + markdown(rows))
+    print(f"wrote {out}/scale.json, scale.csv, scale.png")
+    return 0

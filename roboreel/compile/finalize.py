@@ -16,6 +16,7 @@ import json
 import os
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -27,8 +28,9 @@ from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import entry_from_dict, shard_done
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import CompiledFormatError
+from roboreel.formats.index import INDEX_DIR, FileIndex, IndexWriter
 from roboreel.formats.lerobot_v3 import read_parquet
-from roboreel.formats.manifest import MANIFEST_NAME, CameraSpec, Manifest, ShardEntry, write_manifest
+from roboreel.formats.manifest import MANIFEST_NAME, CameraSpec, Manifest, write_manifest
 from roboreel.formats.shard import table_to_parquet_bytes
 
 SHARD_COLUMN = "roboreel/shard"
@@ -46,35 +48,75 @@ def _ranges(ids: list[int]) -> str:
     return ", ".join(out)
 
 
-def collect_sidecars(out: str, n_shards: int) -> list[dict[str, Any]]:
-    """Every shard's sidecar, or CompiledFormatError listing the shards not (completely) compiled yet."""
-    sides, missing = [], []
-    for i in range(n_shards):
-        side = shard_done(out, i)
-        (missing.append(i) if side is None else sides.append(side))
-    if missing:
-        raise CompiledFormatError(
-            f"{len(missing)} of {n_shards} shards are not compiled yet (shards {_ranges(missing)}); run the missing "
-            "--part jobs or rerun compile on this OUT, then finalize",
-            file=out,
-        )
-    return sides
+class _Cameras:
+    """Per-camera facts gathered shard by shard (sizes, codecs, GOP, B-frames), then one CameraSpec each."""
+
+    def __init__(self, cams: list[str]) -> None:
+        self.cams = cams
+        self.seen: dict[str, dict[str, set]] = {c: {"size": set(), "codec": set(), "gop": set(), "bframes": set()}
+                                                for c in cams}
+
+    def add(self, side: dict[str, Any]) -> None:
+        for clips in side["clips"].values():
+            for cam in self.cams:
+                i, seen = clips[cam], self.seen[cam]
+                seen["size"].add((i["height"], i["width"]))
+                seen["codec"].add(i["codec"])
+                seen["gop"].add(i["gop"])
+                seen["bframes"].add(i["bframes"])
+
+    def specs(self) -> list[CameraSpec]:
+        specs = []
+        for cam in self.cams:
+            seen = self.seen[cam]
+            if len(seen["size"]) != 1:
+                raise CompiledFormatError(f"camera {cam!r} clips have several sizes {sorted(seen['size'])}")
+            (h, w), gops, bfs = next(iter(seen["size"])), seen["gop"], seen["bframes"]
+            specs.append(CameraSpec(
+                key=cam, codec=",".join(sorted(seen["codec"])), height=h, width=w,
+                gop=next(iter(gops)) if len(gops) == 1 else None, bframes=next(iter(bfs)) if len(bfs) == 1 else None,
+            ))
+        return specs
 
 
-def _camera_specs(sides: list[dict[str, Any]], cams: list[str]) -> list[CameraSpec]:
-    specs = []
-    for cam in cams:
-        infos = [c[cam] for s in sides for c in s["clips"].values()]
-        sizes = {(i["height"], i["width"]) for i in infos}
-        if len(sizes) != 1:
-            raise CompiledFormatError(f"camera {cam!r} clips have several sizes {sorted(sizes)}")
-        (h, w), codecs = sizes.pop(), sorted({i["codec"] for i in infos})
-        gops, bfs = {i["gop"] for i in infos}, {i["bframes"] for i in infos}
-        specs.append(CameraSpec(
-            key=cam, codec=",".join(codecs), height=h, width=w,
-            gop=gops.pop() if len(gops) == 1 else None, bframes=bfs.pop() if len(bfs) == 1 else None,
-        ))
-    return specs
+def write_shard_index(out: str, lock: dict[str, Any], cams: list[str]) -> tuple[dict[str, Any], _Cameras,
+                                                                              np.ndarray, np.ndarray]:
+    """One pass over the shards' sidecars, in shard order: the columnar index (index.py) written as it goes,
+    camera facts gathered. Memory holds one sidecar and two int arrays (episode -> shard), not every entry.
+    Returns the index descriptor, the camera facts, and the episode ids with their shards. Raises
+    CompiledFormatError listing the shards not (completely) compiled yet."""
+    planned = lock["shards"]
+    writer, acc = IndexWriter(out), _Cameras(cams)
+    missing: list[int] = []
+    ids: list[int] = []
+    shard_of: list[int] = []
+    try:
+        for i, plan in enumerate(planned):
+            side = shard_done(out, i)
+            if side is None:
+                missing.append(i)
+                continue
+            if missing:
+                continue  # only listing what is missing now
+            if side["episodes"] != plan:
+                raise CompiledFormatError(f"shard {i} holds episodes {side['episodes']}, the plan says {plan}",
+                                          file=os.path.join(out, side["tar"]["path"]))
+            acc.add(side)
+            entries = sorted((entry_from_dict(e) for e in side["entries"]), key=lambda e: e.index)
+            writer.add_shard(side["tar"]["path"], side["tar"]["size"], side["tar"]["sha256"], entries)
+            ids.extend(e.index for e in entries)
+            shard_of.extend([i] * len(entries))
+        if missing:
+            raise CompiledFormatError(
+                f"{len(missing)} of {len(planned)} shards are not compiled yet (shards {_ranges(missing)}); run the "
+                "missing --part jobs or rerun compile on this OUT, then finalize",
+                file=out,
+            )
+        descriptor = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return descriptor, acc, np.asarray(ids, dtype=np.int64), np.asarray(shard_of, dtype=np.int64)
 
 
 def compiled_features(features: dict[str, Any], specs: list[CameraSpec], settings: CompileSettings) -> dict:
@@ -97,15 +139,15 @@ def compiled_features(features: dict[str, Any], specs: list[CameraSpec], setting
     return feats
 
 
-def _episodes_table(snapshot, lock: dict, sides: list[dict], cams: list[str], fps: int) -> pa.Table:
+def _episodes_table(snapshot, lock: dict, ids: np.ndarray, shard_of: np.ndarray, cams: list[str],
+                    fps: int) -> pa.Table:
     tables = [read_parquet(snapshot.fs, snapshot.path(rel), rel) for rel in snapshot.episode_files()]
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
     table = table.take(pc.sort_indices(table, [("episode_index", "ascending")]))
     cs = int(lock["chunks_size"])
-    where = {ep: s["shard"] for s in sides for ep in s["episodes"]}
     eps = table.column("episode_index").to_pylist()
     lengths = table.column("length").to_pylist()
-    shard = [where[e] for e in eps]
+    shard = [int(x) for x in shard_of[np.searchsorted(ids, eps)]] if len(ids) else []
     cols: dict[str, list] = {
         "data/chunk_index": [s // cs for s in shard], "data/file_index": [s % cs for s in shard],
         "meta/episodes/chunk_index": [0] * len(eps), "meta/episodes/file_index": [0] * len(eps),
@@ -131,26 +173,24 @@ def finalize(out: str) -> Manifest:
     if lock is None:
         raise CompiledFormatError("no compile lock: not a roboreel compile output", file=out)
     settings = CompileSettings.from_dict(lock["settings"])
-    sides = collect_sidecars(out, len(lock["shards"]))
-    for i, (side, planned) in enumerate(zip(sides, lock["shards"], strict=True)):
-        if side["episodes"] != planned:
-            raise CompiledFormatError(f"shard {i} holds episodes {side['episodes']}, the plan says {planned}",
-                                      file=os.path.join(out, side["tar"]["path"]))
     snap = snapshot_source(out)
     info = snap.info
     cams = info.camera_keys
-    specs = _camera_specs(sides, cams)
-    features = compiled_features(info.features, specs, settings)
-    entries = sorted((entry_from_dict(e) for s in sides for e in s["entries"]), key=lambda e: e.index)
-    tasks = snap.tasks
-
     for rel in (v3.INFO_PATH, v3.TASKS_PATH, v3.STATS_PATH, v3.EPISODES_PATH.format(chunk_index=0, file_index=0),
                 MANIFEST_NAME):
         remove_stale_temps(os.path.join(out, rel))  # left by a finalize that was killed
+    for d, _, names in os.walk(os.path.join(out, INDEX_DIR)):
+        for name in names:
+            if name.startswith(".") and name.endswith(".tmp"):
+                os.unlink(os.path.join(d, name))
+    descriptor, cameras, ids, shard_of = write_shard_index(out, lock, cams)
+    specs = cameras.specs()
+    features = compiled_features(info.features, specs, settings)
+    tasks = snap.tasks
     new_info = {
         **info.raw,
-        "total_episodes": len(entries),
-        "total_frames": sum(e.length for e in entries),
+        "total_episodes": int(descriptor["episodes_total"]),
+        "total_frames": int(descriptor["frames_total"]),
         "total_tasks": len(tasks),
         "chunks_size": int(lock["chunks_size"]),
         "data_path": v3.DEFAULT_DATA_PATH,
@@ -163,7 +203,7 @@ def finalize(out: str) -> Manifest:
     if snap.exists(v3.STATS_PATH):
         with snap.open(v3.STATS_PATH) as f:
             atomic_write(os.path.join(out, v3.STATS_PATH), f.read())
-    episodes = _episodes_table(snap, lock, sides, cams, info.fps)
+    episodes = _episodes_table(snap, lock, ids, shard_of, cams, info.fps)
     atomic_write(os.path.join(out, v3.EPISODES_PATH.format(chunk_index=0, file_index=0)),
                  table_to_parquet_bytes(episodes))
 
@@ -172,13 +212,12 @@ def finalize(out: str) -> Manifest:
         features=features,
         cameras=specs,
         tasks=tasks,
-        shards=[ShardEntry(path=s["tar"]["path"], size=s["tar"]["size"], sha256=s["tar"]["sha256"],
-                           episodes=s["episodes"]) for s in sides],
-        episodes=entries,
         source={**lock["source"], "codebase_version": info.raw.get("codebase_version")},
         settings={**settings.to_dict(), "container": "mp4", "x265_params": {
             c.key: settings.x265_params(height=c.height, width=c.width) for c in specs if c.gop is not None}},
         created_by=f"roboreel {__version__}",
+        index_files=descriptor,
+        index=FileIndex(out, descriptor),
     )
     write_manifest(out, manifest)
     return manifest

@@ -69,14 +69,14 @@ def _compiled_clips(path: str) -> list[tuple[str, str | None, int | None, int | 
     manifest = load_manifest(path)
     if not manifest.cameras:
         return []
-    if not manifest.shards or not manifest.shards[0].episodes:
+    ix = manifest.index
+    if not ix.num_shards or not ix.shards["episodes"][0]:
         raise CompiledFormatError("manifest lists no shard with episodes", file=MANIFEST_NAME)
-    shard = manifest.shards[0]
-    episode = shard.episodes[0]
+    shard_path, episode = ix.shards["path"][0], int(ix.shard_episodes(0)[0])  # the first record of shard 0
     wanted = {clip_member(episode, c.key): c for c in manifest.cameras}
     found: dict[str, bytes] = {}
     fs, root = fsspec.core.url_to_fs(path)
-    shard_file = posixpath.join(root.rstrip("/"), shard.path)
+    shard_file = posixpath.join(root.rstrip("/"), shard_path)
     try:
         with fs.open(shard_file, "rb") as f, tarfile.open(fileobj=f, mode="r|") as tar:
             for member in tar:  # streaming: the first record sits at the start of the shard
@@ -86,11 +86,11 @@ def _compiled_clips(path: str) -> list[tuple[str, str | None, int | None, int | 
                     if len(found) == len(wanted):
                         break
     except (OSError, tarfile.TarError) as e:
-        raise CompiledFormatError(f"unreadable shard: {e}", file=shard.path, episode=episode) from e
+        raise CompiledFormatError(f"unreadable shard: {e}", file=shard_path, episode=episode) from e
     missing = sorted(set(wanted) - set(found))
     if missing:
-        raise CompiledFormatError(f"shard lacks clip members {missing}", file=shard.path, episode=episode)
-    return [(c.key, c.codec, c.width, c.height, f"{shard.path}:{name}", found[name]) for name, c in wanted.items()]
+        raise CompiledFormatError(f"shard lacks clip members {missing}", file=shard_path, episode=episode)
+    return [(c.key, c.codec, c.width, c.height, f"{shard_path}:{name}", found[name]) for name, c in wanted.items()]
 
 
 def _source_clips(path: str) -> list[tuple[str, str | None, int | None, int | None, str, Any]]:

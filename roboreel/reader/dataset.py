@@ -15,31 +15,42 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from itertools import islice
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from roboreel.formats.index import FileIndex
 from roboreel.formats.manifest import Manifest, load_manifest
 from roboreel.reader.decode import DEFAULT_RUN_CACHE_BYTES, ClipDecoders, PendingSample, materialize
 from roboreel.reader.deferred import ship_once
 from roboreel.reader.forksafe import isolate_inherited_heap
 from roboreel.reader.heap import pin_mmap_threshold, release_free_memory
 from roboreel.reader.plan import (
+    Selection,
     Slice,
     SplitOptions,
     World,
     consumer_slices,
     detect_rank,
     detect_worker,
-    dropped_samples,
-    rank_slices,
-    selected_shards,
-    slice_frames,
+    rank_samples,
+    selection,
+    stream_arrays,
     uneven_split_message,
+    worker_quotas,
 )
-from roboreel.reader.pool import FRAME_ORDERS, FrameOrder, LoadedEpisode, PoolSchedule, pending_samples
+from roboreel.reader.pool import (
+    FRAME_ORDERS,
+    FrameOrder,
+    LoadedEpisode,
+    PoolSchedule,
+    pending_samples,
+    still_needed,
+)
 from roboreel.reader.prefetch import Prefetcher
 from roboreel.reader.resume import loader_position
 from roboreel.reader.routing import DecodeFallback, resolve_decode_device
@@ -141,16 +152,20 @@ class CompiledDataset(IterableDataset):
         self.manifest: Manifest = retrying(lambda: load_manifest(self.url, storage_options=opts),
                                            name=self.url, retries=retries, backoff_s=backoff_s)
         m = self.manifest
+        if isinstance(m.index, FileIndex):  # index reads retry transient faults like shard reads
+            m.index.retry = partial(retrying, name=self.url, retries=retries, backoff_s=backoff_s)
+        retrying(lambda: m.index.shards, name=self.url, retries=retries, backoff_s=backoff_s)  # the shard table
         self.fps = m.fps
         self.camera_keys = [k for k, f in m.features.items() if f.get("dtype") == "video"]
         self.tabular_keys = [k for k, f in m.features.items() if f.get("dtype") != "video"]
-        known = {e.index for e in m.episodes}
         if episodes is not None:
             episodes = sorted({int(e) for e in episodes})
+            known = m.lengths  # the episode ids (loaded only when a selection asks for them)
             unknown = [e for e in episodes if e not in known]
             if unknown:
-                raise ValueError(f"episodes {unknown[:10]} are not in {self.url} (it has {len(known)} episodes, "
-                                 f"{min(known)}..{max(known)})")
+                ids = known.ids
+                raise ValueError(f"episodes {unknown[:10]} are not in {self.url} (it has {len(ids)} episodes"
+                                 + (f", {ids[0]}..{ids[-1]})" if len(ids) else ")"))
         self.episodes: list[int] | None = episodes
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()} or None
         self.windows = delta_offsets(delta_timestamps, fps=m.fps, tolerance_s=tolerance_s,
@@ -165,7 +180,8 @@ class CompiledDataset(IterableDataset):
         self.verify_checksums, self.retries, self.backoff_s = verify_checksums, retries, backoff_s
         gops = [c.gop for c in m.cameras if c.gop]
         self.segment = min(gops) if gops else int(m.settings.get("gop") or 10)
-        self._lengths = m.lengths
+        self._selection: Selection | None = None
+        _ = self.selection  # shard-level (O(shards)): known from construction, like the shard table
         # Decoded frames kept per clip of a windowed camera: the window's span, at most MAX_KEEP (memory).
         self.keep_frames = {k: min(MAX_KEEP, int(o.max() - o.min()) + 1) for k, o in self.windows.items()
                             if k in self.camera_keys and len(o) > 1}
@@ -192,37 +208,40 @@ class CompiledDataset(IterableDataset):
         rank, world_size = detect_rank(self.rank, self.world_size)
         return World(rank, world_size, worker, num_workers)
 
+    @property
+    def selection(self) -> Selection:
+        """The shards and frames this dataset reads (shard-level arrays; computed once per process)."""
+        if self._selection is None:
+            self._selection = selection(self.manifest, self.episodes)
+        return self._selection
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_selection": None}  # recomputed where needed: pickles stay O(1)
+
     def _slices(self, world: World, epoch: int) -> list[Slice]:
         return consumer_slices(self.manifest, world, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
-                               episodes=self.episodes, split_options=self.split_options)
+                               episodes=self.episodes, split_options=self.split_options, sel=self.selection)
 
     def __len__(self) -> int:
         """Samples this rank emits per epoch (all its workers together): exactly what iterating yields. With
         ``batch_size`` given, ``len(DataLoader(ds, batch_size=...))`` is exact for any number of workers."""
         world = self._world()
-        return slice_frames(rank_slices(self.manifest, world, seed=self.seed, epoch=self._epoch,
-                                        shuffle=self.shuffle, episodes=self.episodes,
-                                        split_options=self.split_options), self._lengths)
+        return self.rank_samples()[world.rank]
 
     def rank_samples(self, *, epoch: int | None = None) -> list[int]:
-        """Samples every rank emits in ``epoch`` (default: the current one). Equal with ``equal_steps`` (the
-        default when world_size > 1), so DDP ranks take the same number of steps and none waits forever."""
-        e = self._epoch if epoch is None else epoch
-        ws = self._world().world_size
-        return [slice_frames(rank_slices(self.manifest, World(r, ws), seed=self.seed, epoch=e, shuffle=self.shuffle,
-                                         episodes=self.episodes, split_options=self.split_options), self._lengths)
-                for r in range(ws)]
+        """Samples every rank emits per epoch (the same every epoch: quotas depend on the total only). Equal with
+        ``equal_steps`` (the default when world_size > 1), so DDP ranks take the same number of steps and none
+        waits forever. ``epoch`` is accepted for symmetry with ``worker_samples``."""
+        return rank_samples(self.selection.total, self._world().world_size, self.split_options)
 
     def dropped_samples(self) -> int:
         """Samples of the epoch that no rank emits: ``N mod world_size`` with equal steps, else 0 (docs/reader.md)."""
-        return dropped_samples(self.manifest, self._world().world_size, episodes=self.episodes,
-                               split_options=self.split_options)
+        return self.selection.total - sum(self.rank_samples())
 
     def worker_samples(self, num_workers: int, *, epoch: int | None = None) -> list[int]:
-        """Samples each of this rank's ``num_workers`` DataLoader workers emits in ``epoch``."""
+        """Samples each of this rank's ``num_workers`` DataLoader workers emits per epoch."""
         k = max(1, num_workers)
-        e = self._epoch if epoch is None else epoch
-        return [slice_frames(self._slices(self._world(w, k), e), self._lengths) for w in range(k)]
+        return worker_quotas(len(self), k, batch_size=self.split_options.batch_size)
 
     # -- iteration --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -251,12 +270,12 @@ class CompiledDataset(IterableDataset):
         world = World(world.rank, world.world_size, stream, world.num_workers)  # the stream this worker serves
         slices = self._slices(world, epoch)
         if world.consumer == 0:
-            msg = uneven_split_message(len(selected_shards(self.manifest, self.episodes)), world)
+            msg = uneven_split_message(len(self.selection.shards), world)
             if msg and self._counters.first_time(_FLAG_UNEVEN):
                 logger.warning(msg)
-        order = [e for s in slices for e in s.episodes]
-        ranges = [r for s in slices for r in s.frame_ranges(self._lengths)]
-        schedule = PoolSchedule(order, [self._lengths[e] for e in order], ranges=ranges,
+        lengths = self.manifest.lengths
+        order, sizes, starts, stops = stream_arrays(slices, lengths)
+        schedule = PoolSchedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
                                 pool_size=self.episode_pool_size,
                                 shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=world.rank,
                                 worker=world.worker, frame_order=self.frame_order, segment=self.segment)
@@ -269,12 +288,11 @@ class CompiledDataset(IterableDataset):
 
     def _run(self, schedule: PoolSchedule, slices: list[Slice], position: _Position, row: int, *,
              deferred: bool = False) -> Iterator[Any]:
-        needed = {schedule.episodes[p] for p in schedule.needed_positions()}
-        todo = [Slice(s.shard, eps) for s in slices if (eps := tuple(e for e in s.episodes if e in needed))]
+        todo = still_needed(slices, schedule)
         # (an episode cut between two consumers is read whole by both: windows need its neighbours)
         reader = SliceReader(self.store, self.manifest, verify=self.verify_checksums, retries=self.retries,
                              backoff_s=self.backoff_s)
-        shard_paths = [s.path for s in self.manifest.shards]
+        shard_paths = self.manifest.index.shards["path"]
 
         def loaded() -> Iterator[LoadedEpisode]:
             for shard, rec in reader.records(todo):
@@ -322,14 +340,12 @@ class CompiledDataset(IterableDataset):
 
     # -- resume -----------------------------------------------------------------------------------------
     def _stream_fingerprint(self) -> dict[str, Any]:
-        m = self.manifest
-        layout = json.dumps([[s.path, s.episodes] for s in m.shards] + [[e.index, e.length] for e in m.episodes])
         return {
             "seed": self.seed, "shuffle": self.shuffle, "episode_pool_size": self.episode_pool_size,
             "frame_order": self.frame_order, "segment": self.segment,
             "episodes": hashlib.sha256(json.dumps(self.episodes).encode()).hexdigest()[:16],
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
-            "layout": hashlib.sha256(layout.encode()).hexdigest()[:16],
+            "layout": self.manifest.fingerprint(),
         }
 
     def state_dict(self, *, batches: int | None = None, loader: Any = None) -> dict[str, Any]:

@@ -20,7 +20,7 @@ quota of frames. An episode cut at a run boundary is read by both consumers, eac
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,17 +33,25 @@ TAG_POOL = 0x9001
 TAG_FRAMES = 0xF4A3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Slice:
     """A contiguous run of one shard to read: its episodes, in file order, and per episode the frames [a, b)
-    this consumer emits (``ranges``; None: every frame of every episode)."""
+    this consumer emits (``ranges``; None: every frame of every episode). ``sizes`` carries the episodes'
+    lengths when the plan read them from the index in bulk (None: look them up).
 
-    shard: int  # position in Manifest.shards
-    episodes: tuple[int, ...]
+    A whole shard's ``episodes`` and ``sizes`` are int64 views into the index's core arrays (no copy: a consumer
+    of half a million episodes holds no Python int per episode); cut ones are tuples."""
+
+    shard: int  # position in the index's shard table
+    episodes: Sequence[int]
     ranges: tuple[tuple[int, int], ...] | None = None
+    sizes: Sequence[int] | None = None
 
-    def frame_ranges(self, lengths: dict[int, int]) -> tuple[tuple[int, int], ...]:
-        return self.ranges if self.ranges is not None else tuple((0, lengths[e]) for e in self.episodes)
+    def episode_lengths(self, lengths: Mapping[int, int]) -> Sequence[int]:
+        return self.sizes if self.sizes is not None else tuple(lengths[e] for e in self.episodes)
+
+    def frame_ranges(self, lengths: Mapping[int, int]) -> tuple[tuple[int, int], ...]:
+        return self.ranges if self.ranges is not None else tuple((0, int(n)) for n in self.episode_lengths(lengths))
 
 
 @dataclass(frozen=True)
@@ -104,18 +112,86 @@ def shard_order(num_shards: int, *, seed: int, epoch: int, shuffle: bool) -> lis
     return [int(i) for i in rng.permutation(num_shards)]
 
 
-def selected_shards(manifest: Manifest, episodes: Iterable[int] | None) -> list[Slice]:
-    """Every shard holding a selected episode, with only those episodes, in manifest order."""
-    chosen = None if episodes is None else set(episodes)
-    out = []
-    for i, shard in enumerate(manifest.shards):
-        eps = tuple(e for e in shard.episodes if chosen is None or e in chosen)
-        if eps:
-            out.append(Slice(i, eps))
+@dataclass(frozen=True)
+class Selection:
+    """What an epoch reads, in manifest order: the shards holding a selected episode and their selected frames.
+    Shard-level arrays only (O(shards)), so planning an epoch never walks every episode in Python."""
+
+    shards: np.ndarray  # shard positions
+    frames: np.ndarray  # selected frames per shard
+    episodes: np.ndarray | None  # the selected episode indices (sorted), None: all
+
+    @property
+    def total(self) -> int:
+        return int(self.frames.sum())
+
+
+def selection(manifest: Manifest, episodes: Iterable[int] | None = None) -> Selection:
+    """The shards and frames an ``episodes`` filter selects (None: every episode)."""
+    ix = manifest.index
+    counts = ix.shards["episodes"]
+    if episodes is None:
+        keep = np.nonzero(counts > 0)[0]
+        return Selection(keep, ix.shard_frames()[keep], None)
+    chosen = np.unique(np.fromiter((int(e) for e in episodes), dtype=np.int64))
+    ids = ix.lengths.ids
+    rows = np.searchsorted(ids, chosen)
+    known = (rows < len(ids)) & (ids[np.minimum(rows, max(len(ids) - 1, 0))] == chosen) if len(ids) else rows < 0
+    if not known.all():
+        raise KeyError(f"episodes {chosen[~known][:10].tolist()} are not in the dataset")
+    shard_of = np.searchsorted(ix.shards["first"], rows, side="right") - 1
+    frames = np.bincount(shard_of, weights=ix.lengths.values[rows], minlength=ix.num_shards).astype(np.int64)
+    keep = np.unique(shard_of)
+    return Selection(keep, frames[keep], chosen)
+
+
+def shard_slice(manifest: Manifest, sel: Selection, pos: int) -> Slice:
+    """Shard ``pos`` whole, or its selected episodes, with their lengths (read in bulk from the index)."""
+    ix = manifest.index
+    first, n = int(ix.shards["first"][pos]), int(ix.shards["episodes"][pos])
+    eps, sizes = ix.lengths.ids[first:first + n], ix.lengths.values[first:first + n]
+    if sel.episodes is not None:
+        keep = np.isin(eps, sel.episodes)
+        eps, sizes = eps[keep], sizes[keep]
+    return Slice(pos, eps, sizes=sizes)
+
+
+def take(manifest: Manifest, sel: Selection, order: Sequence[int], lo: int, hi: int) -> list[Slice]:
+    """Frames ``[lo, hi)`` of the epoch whose shards come in ``order`` (positions into ``sel``), as slices.
+    Shard-level arithmetic finds the shards that overlap; only those are expanded into episodes, and only the
+    (at most two) cut ones into frame ranges."""
+    if hi <= lo or not len(order):
+        return []
+    frames = sel.frames[np.asarray(order, dtype=np.int64)]
+    ends = np.cumsum(frames)
+    out: list[Slice] = []
+    i = int(np.searchsorted(ends, lo, side="right"))
+    while i < len(order) and ends[i] - frames[i] < hi:
+        start = int(ends[i] - frames[i])
+        whole = shard_slice(manifest, sel, int(sel.shards[order[i]]))
+        if start >= lo and ends[i] <= hi:
+            out.append(whole)
+        else:
+            eps, ranges, sizes, pos = [], [], [], start
+            for e, n in zip(whole.episodes.tolist(), whole.sizes.tolist(), strict=True):
+                a, b = max(0, lo - pos), min(n, hi - pos)
+                if a < b:
+                    eps.append(e)
+                    ranges.append((a, b))
+                    sizes.append(n)
+                pos += n
+            out.append(Slice(whole.shard, tuple(eps), tuple(ranges), tuple(sizes)))
+        i += 1
     return out
 
 
-def split(slices: Sequence[Slice], lengths: dict[int, int], quotas: Sequence[int]) -> list[list[Slice]]:
+def selected_shards(manifest: Manifest, episodes: Iterable[int] | None) -> list[Slice]:
+    """Every shard holding a selected episode, with only those episodes, in manifest order (O(episodes))."""
+    sel = selection(manifest, episodes)
+    return [shard_slice(manifest, sel, int(p)) for p in sel.shards]
+
+
+def split(slices: Sequence[Slice], lengths: Mapping[int, int], quotas: Sequence[int]) -> list[list[Slice]]:
     """Cut ``slices`` (in epoch order) into contiguous runs of ``quotas[i]`` frames, one per consumer; frames
     past ``sum(quotas)`` are dropped. An episode may be cut between two consumers (each gets its frame range)."""
     out: list[list[Slice]] = [[] for _ in quotas]
@@ -132,7 +208,7 @@ def split(slices: Sequence[Slice], lengths: dict[int, int], quotas: Sequence[int
                 runs = out[part]
                 if runs and runs[-1].shard == s.shard:
                     prev = runs[-1]
-                    runs[-1] = Slice(s.shard, prev.episodes + (e,), prev.frame_ranges(lengths) + ((a, b),))
+                    runs[-1] = Slice(s.shard, tuple(prev.episodes) + (e,), prev.frame_ranges(lengths) + ((a, b),))
                 else:
                     runs.append(Slice(s.shard, (e,), ((a, b),)))
                 room -= b - a
@@ -173,21 +249,42 @@ class SplitOptions:
         return world_size > 1 if self.equal_steps is None else bool(self.equal_steps)
 
 
+def epoch_order(sel: Selection, *, seed: int, epoch: int, shuffle: bool) -> list[int]:
+    """The epoch's order of the selected shards (positions into ``sel``)."""
+    return shard_order(len(sel.shards), seed=seed, epoch=epoch, shuffle=shuffle)
+
+
 def epoch_slices(manifest: Manifest, *, seed: int, epoch: int, shuffle: bool,
                  episodes: Iterable[int] | None = None) -> list[Slice]:
-    """Every selected shard's slice in the epoch's order."""
-    slices = selected_shards(manifest, episodes)
-    return [slices[i] for i in shard_order(len(slices), seed=seed, epoch=epoch, shuffle=shuffle)]
+    """Every selected shard's slice in the epoch's order (O(episodes): for tests and tools)."""
+    sel = selection(manifest, episodes)
+    return [shard_slice(manifest, sel, int(sel.shards[i]))
+            for i in epoch_order(sel, seed=seed, epoch=epoch, shuffle=shuffle)]
+
+
+def rank_samples(total: int, world_size: int, split_options: SplitOptions = SplitOptions()) -> list[int]:
+    """Samples every rank emits per epoch out of ``total``."""
+    return rank_quotas(total, world_size, equal_steps=split_options.equal(world_size))
+
+
+def consumer_range(total: int, world: World, split_options: SplitOptions = SplitOptions(),
+                   *, whole_rank: bool = False) -> tuple[int, int]:
+    """Frames ``[lo, hi)`` of the epoch's order that consumer ``world`` (or its whole rank) emits."""
+    ranks = rank_samples(total, world.world_size, split_options)
+    lo = sum(ranks[:world.rank])
+    if whole_rank:
+        return lo, lo + ranks[world.rank]
+    workers = worker_quotas(ranks[world.rank], world.num_workers, batch_size=split_options.batch_size)
+    lo += sum(workers[:world.worker])
+    return lo, lo + workers[world.worker]
 
 
 def rank_slices(manifest: Manifest, world: World, *, seed: int, epoch: int, shuffle: bool,
                 episodes: Iterable[int] | None = None, split_options: SplitOptions = SplitOptions()) -> list[Slice]:
     """What rank ``world.rank`` reads this epoch (all its workers together)."""
-    ordered = epoch_slices(manifest, seed=seed, epoch=epoch, shuffle=shuffle, episodes=episodes)
-    lengths = manifest.lengths
-    total = slice_frames(ordered, lengths)
-    quotas = rank_quotas(total, world.world_size, equal_steps=split_options.equal(world.world_size))
-    return split(ordered, lengths, quotas)[world.rank]
+    sel = selection(manifest, episodes)
+    lo, hi = consumer_range(sel.total, world, split_options, whole_rank=True)
+    return take(manifest, sel, epoch_order(sel, seed=seed, epoch=epoch, shuffle=shuffle), lo, hi)
 
 
 def consumer_slices(
@@ -199,20 +296,20 @@ def consumer_slices(
     shuffle: bool,
     episodes: Iterable[int] | None = None,
     split_options: SplitOptions = SplitOptions(),
+    sel: Selection | None = None,
 ) -> list[Slice]:
-    """What consumer ``world.consumer`` reads this epoch, in reading order."""
-    mine = rank_slices(manifest, world, seed=seed, epoch=epoch, shuffle=shuffle, episodes=episodes,
-                       split_options=split_options)
-    lengths = manifest.lengths
-    quotas = worker_quotas(slice_frames(mine, lengths), world.num_workers, batch_size=split_options.batch_size)
-    return split(mine, lengths, quotas)[world.worker]
+    """What consumer ``world.consumer`` reads this epoch, in reading order. Pass ``sel`` (``selection(...)``
+    for the same ``episodes``) to reuse it."""
+    sel = selection(manifest, episodes) if sel is None else sel
+    lo, hi = consumer_range(sel.total, world, split_options)
+    return take(manifest, sel, epoch_order(sel, seed=seed, epoch=epoch, shuffle=shuffle), lo, hi)
 
 
 def dropped_samples(manifest: Manifest, world_size: int, *, episodes: Iterable[int] | None = None,
                     split_options: SplitOptions = SplitOptions()) -> int:
     """Samples no rank emits per epoch (``N mod world_size`` with equal steps, else 0)."""
-    total = slice_frames(selected_shards(manifest, episodes), manifest.lengths)
-    return total - sum(rank_quotas(total, world_size, equal_steps=split_options.equal(world_size)))
+    total = selection(manifest, episodes).total
+    return total - sum(rank_samples(total, world_size, split_options))
 
 
 def uneven_split_message(num_slices: int, world: World) -> str | None:
@@ -227,6 +324,23 @@ def uneven_split_message(num_slices: int, world: World) -> str | None:
     )
 
 
-def slice_frames(slices: Sequence[Slice], lengths: dict[int, int]) -> int:
+def slice_frames(slices: Sequence[Slice], lengths: Mapping[int, int]) -> int:
     """How many frames (samples) a list of slices holds."""
     return sum(b - a for s in slices for a, b in s.frame_ranges(lengths))
+
+
+def stream_arrays(slices: list[Slice], lengths: Mapping[int, int]) -> tuple[np.ndarray, ...]:
+    """The consumer's stream as int64 arrays: episodes, their lengths, and the frames [start, stop) it emits."""
+    if not slices:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, empty
+    order = np.concatenate([np.asarray(s.episodes, dtype=np.int64) for s in slices])
+    sizes = np.concatenate([np.asarray(s.episode_lengths(lengths), dtype=np.int64) for s in slices])
+    starts, stops = np.zeros_like(sizes), sizes.copy()
+    at = 0
+    for s in slices:
+        if s.ranges is not None:
+            r = np.asarray(s.ranges, dtype=np.int64).reshape(-1, 2)
+            starts[at:at + len(r)], stops[at:at + len(r)] = r[:, 0], r[:, 1]
+        at += len(s.episodes)
+    return order, sizes, starts, stops

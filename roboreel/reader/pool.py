@@ -28,7 +28,7 @@ import torch
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.shard import EpisodeRecord
 from roboreel.reader.decode import Clip, FrameRequest, PendingSample, window_lanes
-from roboreel.reader.plan import TAG_FRAMES, TAG_POOL
+from roboreel.reader.plan import TAG_FRAMES, TAG_POOL, Slice
 from roboreel.reader.rows import column_array
 from roboreel.reader.windows import window
 
@@ -79,9 +79,15 @@ class PoolSchedule:
             raise ValueError(f"episode_pool_size must be >= 1, got {pool_size}")
         if frame_order not in FRAME_ORDERS:
             raise ValueError(f"frame_order must be one of {FRAME_ORDERS}, got {frame_order!r}")
-        self.episodes, self.lengths = list(episodes), list(lengths)
+        # int64 arrays, not lists: a consumer of a million-episode epoch holds 8 bytes a value, not ~36
+        self.episodes = np.asarray(episodes, dtype=np.int64)
+        self.lengths = np.asarray(lengths, dtype=np.int64)
         # frames [a, b) of each episode this consumer emits (plan.split may cut an episode between consumers)
-        self.ranges = list(ranges) if ranges is not None else [(0, n) for n in self.lengths]
+        if ranges is None:
+            self.starts, self.stops = np.zeros_like(self.lengths), self.lengths
+        else:
+            r = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+            self.starts, self.stops = r[:, 0], r[:, 1]
         self.pool_size, self.shuffle = pool_size, shuffle
         self.seed, self.epoch, self.frame_order, self.segment = seed, epoch, frame_order, max(1, segment)
         self._rng = np.random.default_rng(np.random.SeedSequence([TAG_POOL, seed, epoch, rank, worker]))
@@ -90,13 +96,13 @@ class PoolSchedule:
         self._slots: list[list[Any]] = []  # [position, frames, cursor]
         self.next_admit = 0
         self.emitted = 0
-        self.total = sum(b - a for a, b in self.ranges)
+        self.total = int((self.stops - self.starts).sum())
 
     def _fill(self) -> None:
         while len(self._slots) < self.pool_size and self.next_admit < len(self.episodes):
             pos = self.next_admit
-            a, b = self.ranges[pos]
-            frames = episode_frame_order(self.lengths[pos], episode=self.episodes[pos], seed=self.seed,
+            a, b = int(self.starts[pos]), int(self.stops[pos])
+            frames = episode_frame_order(int(self.lengths[pos]), episode=int(self.episodes[pos]), seed=self.seed,
                                          epoch=self.epoch, order=self.frame_order, segment=self.segment,
                                          shuffle=self.shuffle, start=a, stop=b)
             self._slots.append([pos, frames, 0])
@@ -136,9 +142,34 @@ class PoolSchedule:
         for _ in range(n):
             next(self)
 
-    def needed_positions(self) -> list[int]:
-        """Stream positions whose records the rest of the epoch needs: live episodes, then all not yet admitted."""
-        return sorted(s[0] for s in self._slots) + list(range(self.next_admit, len(self.episodes)))
+    def needed_positions(self) -> Sequence[int]:
+        """Stream positions whose records the rest of the epoch needs, in order: live episodes, then all not yet
+        admitted (a lazy sequence: no list of every position)."""
+        return _Needed(sorted(s[0] for s in self._slots), range(self.next_admit, len(self.episodes)))
+
+
+class _Needed(Sequence[int]):
+    """``live + list(rest)`` without building the list."""
+
+    def __init__(self, live: list[int], rest: range) -> None:
+        self.live, self.rest = live, rest
+
+    def __len__(self) -> int:
+        return len(self.live) + len(self.rest)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        return self.live[i] if i < len(self.live) else self.rest[i - len(self.live)]
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.live
+        yield from self.rest
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
 
 
 class LoadedEpisode:
@@ -225,12 +256,30 @@ def pending_samples(
                 loaded = next(records)
             except StopIteration:
                 raise CompiledFormatError(f"stream ended before episode {schedule.episodes[p]}",
-                                          episode=schedule.episodes[p]) from None
+                                          episode=int(schedule.episodes[p])) from None
             if loaded.index != schedule.episodes[p]:
                 raise CompiledFormatError(f"stream gave episode {loaded.index}, expected {schedule.episodes[p]}",
                                           file=loaded.shard, episode=loaded.index)
             live[p] = loaded
             ep = live.get(pos)
-        yield ep.pending(frame, last=last, run_end=schedule.run_end(frame, schedule.ranges[pos][1]))
+        yield ep.pending(frame, last=last, run_end=schedule.run_end(frame, int(schedule.stops[pos])))
         if last:
             del live[pos]
+
+
+def still_needed(slices: list[Slice], schedule: PoolSchedule) -> list[Slice]:
+    """The slices narrowed to the episodes the rest of the epoch needs (all of them unless resuming): live ones
+    and every one not yet admitted. Whole slices past the resume point are kept as they are."""
+    live = {p for p in schedule.needed_positions().live}
+    first = schedule.next_admit
+    out, at = [], 0
+    for s in slices:
+        n = len(s.episodes)
+        if at >= first:
+            out.append(s)
+        else:
+            eps = tuple(int(s.episodes[i]) for i in range(n) if at + i >= first or at + i in live)
+            if eps:
+                out.append(Slice(s.shard, eps))
+        at += n
+    return out

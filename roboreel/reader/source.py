@@ -30,7 +30,7 @@ from typing import IO, Any
 import fsspec
 
 from roboreel.formats.errors import CompiledFormatError, ShardReadError
-from roboreel.formats.manifest import Manifest
+from roboreel.formats.manifest import EpisodeEntry, Manifest, MemberInfo
 from roboreel.formats.shard import EpisodeRecord, split_member
 from roboreel.reader.plan import Slice
 
@@ -247,14 +247,15 @@ class RetryingReader(io.RawIOBase):
         super().close()
 
 
-def record_spans(manifest: Manifest, shard: int) -> dict[int, tuple[int, int]]:
-    """``[start, end)`` bytes of each episode record in a USTAR shard, from the manifest's member sizes."""
+def record_spans(entries: Sequence[EpisodeEntry]) -> dict[int, tuple[int, int]]:
+    """``[start, end)`` bytes of each episode record in a USTAR shard (``entries``: the shard's episodes in file
+    order), from the index's member sizes."""
     out, pos = {}, 0
-    for e in manifest.shards[shard].episodes:
+    for e in entries:
         start = pos
-        for m in manifest.episode(e).members:
+        for m in e.members:
             pos += BLOCK + -(-m.size // BLOCK) * BLOCK
-        out[e] = (start, pos)
+        out[e.index] = (start, pos)
     return out
 
 
@@ -276,29 +277,33 @@ class SliceReader:
                 yield s.shard, rec
 
     def _slice(self, s: Slice) -> Iterator[EpisodeRecord]:
-        entry = self.manifest.shards[s.shard]
-        spans = record_spans(self.manifest, s.shard)
+        shards = self.manifest.index.shards
+        path, size = shards["path"][s.shard], int(shards["size"][s.shard])
+        entries = self.manifest.index.shard_entries(s.shard)
+        spans = record_spans(entries)
+        wanted = set(s.episodes)
+        members = {e.index: {m.name: m for m in e.members} for e in entries if e.index in wanted}
         start, end = spans[s.episodes[0]][0], spans[s.episodes[-1]][1]
-        if end > entry.size:  # not a plain USTAR layout: read the shard whole
-            start, end = 0, entry.size
+        if end > size:  # not a plain USTAR layout: read the shard whole
+            start, end = 0, size
         done: set[int] = set()
         try:
-            for rec in self._read(entry.path, entry.size, s, start, end):
+            for rec in self._read(path, size, s, start, end, members):
                 done.add(rec.index)
                 yield rec
         except _MisplacedOffset as e:
-            logger.info("%s: %s; reading the shard from its start", entry.path, e)
+            logger.info("%s: %s; reading the shard from its start", path, e)
             rest = Slice(s.shard, tuple(ep for ep in s.episodes if ep not in done))
-            yield from self._read(entry.path, entry.size, rest, 0, entry.size)
+            yield from self._read(path, size, rest, 0, size, members)
 
-    def _read(self, rel: str, size: int, s: Slice, offset: int, end: int) -> Iterator[EpisodeRecord]:
-        """Records of ``s`` from bytes ``[offset, end)``. A part that does not hold them where the manifest's
+    def _read(self, rel: str, size: int, s: Slice, offset: int, end: int,
+              expected: dict[int, dict[str, MemberInfo]]) -> Iterator[EpisodeRecord]:
+        """Records of ``s`` from bytes ``[offset, end)``. A part that does not hold them where the index's
         sizes say raises _MisplacedOffset (the caller re-reads the whole shard); a whole shard that does not
         hold them is a format error."""
         partial = offset > 0 or end < size
         wanted = set(s.episodes)
         pending: dict[int, dict[str, bytes]] = {}
-        expected = {e: {m.name: m for m in self.manifest.episode(e).members} for e in s.episodes}
         raw = RetryingReader(self.store, rel, start=offset, end=end, size=size, retries=self.retries,
                              backoff_s=self.backoff_s, stats=self.stats,
                              episode=lambda: next((e for e in s.episodes if e in wanted), None))

@@ -18,11 +18,12 @@ class Root:
     fs: fsspec.AbstractFileSystem
     root: str
     url: str
+    storage_options: dict[str, Any] | None = None
 
     @classmethod
     def open_url(cls, url: str, *, storage_options: dict[str, Any] | None = None) -> Root:
         fs, root = fsspec.core.url_to_fs(str(url), **(storage_options or {}))
-        return cls(fs=fs, root=root.rstrip("/") or root, url=str(url))
+        return cls(fs=fs, root=root.rstrip("/") or root, url=str(url), storage_options=storage_options)
 
     def path(self, rel: str) -> str:
         return posixpath.join(self.root, rel) if rel else self.root

@@ -26,6 +26,7 @@ from roboreel.formats.digest import check_rows_digest
 from roboreel.formats.errors import CompiledFormatError, SourceError
 from roboreel.formats.lerobot_v3 import EPISODES_DIR, INFO_PATH, read_parquet
 from roboreel.validate._io import Root, progress_bar
+from roboreel.validate.index import check_index_files, check_manifest
 from roboreel.validate.media import CountMode, VideoProbeError, probe_video
 from roboreel.validate.report import Report
 from roboreel.validate.rowgroups import TIMESTAMP_TOLERANCE_S, expected_timestamps
@@ -66,56 +67,16 @@ def load(root: Root, report: Report) -> mf.Manifest | None:
         report.fatal("manifest-unreadable", f"not valid JSON: {e}", file=rel)
         return None
     version = raw.get("format_version") if isinstance(raw, dict) else None
-    if isinstance(raw, dict) and raw.get("format") == mf.FORMAT_NAME and version != mf.FORMAT_VERSION:
+    if isinstance(raw, dict) and raw.get("format") == mf.FORMAT_NAME and version not in mf.READABLE_VERSIONS:
         newer = isinstance(version, int) and version > mf.FORMAT_VERSION
         report.fatal("manifest-version", f"format_version {version!r} is {'newer than' if newer else 'not'} the "
                      f"version this roboreel reads ({mf.FORMAT_VERSION}); upgrade roboreel or recompile", file=rel)
         return None
     try:
-        return mf.Manifest.from_dict(raw, file=rel)
+        return mf.Manifest.from_dict(raw, file=rel, root=root.url, storage_options=root.storage_options)
     except CompiledFormatError as e:
         report.fatal("manifest-unreadable", str(e), file=rel)
         return None
-
-
-def check_manifest(m: mf.Manifest, report: Report, *, world_size: int, num_workers: int) -> None:
-    """The manifest agrees with itself; the shard count splits evenly over the training processes."""
-    rel = mf.MANIFEST_NAME
-    seen: dict[int, int] = {}
-    for e in m.episodes:
-        if e.index in seen:
-            report.error("manifest-inconsistent", "episode listed twice", file=rel, episode=e.index)
-        seen[e.index] = e.shard
-        if e.to_index - e.from_index != e.length or e.length <= 0:
-            report.error("manifest-inconsistent", f"from_index={e.from_index}, to_index={e.to_index} disagree with "
-                         f"length={e.length}", file=rel, episode=e.index)
-        if not 0 <= e.shard < len(m.shards):
-            report.error("manifest-inconsistent", f"shard {e.shard} is not one of the {len(m.shards)} shards",
-                         file=rel, episode=e.index)
-        names = {x.name for x in e.members}
-        need = {sh.json_member(e.index), sh.rows_member(e.index)} | {sh.clip_member(e.index, c) for c in m.camera_keys}
-        if need - names:
-            report.error("manifest-inconsistent", f"member list lacks {sorted(need - names)}", file=rel,
-                         episode=e.index)
-    listed: set[int] = set()
-    for pos, s in enumerate(m.shards):
-        for ep in s.episodes:
-            if ep in listed:
-                report.error("manifest-inconsistent", "episode in two shards' lists", file=rel, episode=ep)
-            elif ep not in seen:
-                report.error("manifest-inconsistent", f"shard {pos} ({s.path}) lists the episode, which has no "
-                             "entry in the manifest's episodes", file=rel, episode=ep)
-            elif seen[ep] != pos:
-                report.error("manifest-inconsistent", f"shard {pos} ({s.path}) lists the episode, whose entry says "
-                             f"shard {seen[ep]}", file=rel, episode=ep)
-            listed.add(ep)
-    if set(seen) - listed:
-        report.error("manifest-inconsistent", "episodes in no shard's list", file=rel, episodes=sorted(set(seen) - listed))
-    slots, n = world_size * num_workers, len(m.shards)
-    if n % slots:
-        short = "some get none" if n < slots else f"{n % slots} get one shard more than the rest"
-        report.warning("shards-uneven", f"{n} shards over world_size {world_size} x num_workers {num_workers} = "
-                       f"{slots} readers: {short}", file=rel)
 
 
 def _check_rows(data: bytes, e: mf.EpisodeEntry, shard: str, report: Report, *, fast: bool, fps: int) -> None:
@@ -222,15 +183,18 @@ def _check_record(m: mf.Manifest, e: mf.EpisodeEntry, members: dict[str, bytes],
 
 def check_shard(root: Root, m: mf.Manifest, pos: int, report: Report, *, fast: bool, count: CountMode) -> None:
     """Read one shard to its end, checking size, sha256, tar integrity and each record."""
-    s = m.shards[pos]
+    ix = m.index
+    path, want_size, want_sha = ix.shards["path"][pos], int(ix.shards["size"][pos]), ix.shards["sha256"][pos]
+    entries = {e.index: e for e in ix.shard_entries(pos)}
+    order = list(entries)
     report.checked["shards"] += 1
-    if not root.exists(s.path):
-        report.error("shard-missing", "shard does not exist", file=s.path, episodes=s.episodes)
+    if not root.exists(path):
+        report.error("shard-missing", "shard does not exist", file=path, episodes=order)
         return
-    size = root.size(s.path)
-    if size != s.size:
-        report.error("shard-size-mismatch", f"{size} bytes, manifest says {s.size}", file=s.path)
-    listed = set(s.episodes)
+    size = root.size(path)
+    if size != want_size:
+        report.error("shard-size-mismatch", f"{size} bytes, manifest says {want_size}", file=path)
+    listed = set(order)
     seen: dict[int, None] = {}  # episodes in tar order
     truncated = False
 
@@ -238,22 +202,20 @@ def check_shard(root: Root, m: mf.Manifest, pos: int, report: Report, *, fast: b
         try:
             ep = int(key)
         except ValueError:
-            report.error("record-unexpected", f"record key {key!r} is not an episode index", file=s.path)
+            report.error("record-unexpected", f"record key {key!r} is not an episode index", file=path)
             return
         if ep in seen:
             report.error("record-duplicate", "a second record of the episode (its members are not adjacent)",
-                         file=s.path, episode=ep)
+                         file=path, episode=ep)
             return
         seen[ep] = None
         if ep not in listed:
             where = f"the manifest puts it in shard {m.episode(ep).shard}" if _has(m, ep) else "not in the manifest"
-            report.error("record-unexpected", f"record of episode {ep}: {where}", file=s.path, episode=ep)
+            report.error("record-unexpected", f"record of episode {ep}: {where}", file=path, episode=ep)
             return
-        if not _has(m, ep):
-            return  # listed by the shard, without an entry: check_manifest reported it
-        _check_record(m, m.episode(ep), members, s.path, report, fast=fast, count=count)
+        _check_record(m, entries[ep], members, path, report, fast=fast, count=count)
 
-    with root.open(s.path) as f:
+    with root.open(path) as f:
         reader = _HashingReader(f, hashing=not fast)
         key, members = None, {}
         try:
@@ -271,22 +233,22 @@ def check_shard(root: Root, m: mf.Manifest, pos: int, report: Report, *, fast: b
         except (tarfile.TarError, EOFError, OSError) as err:
             truncated = True
             where = f" inside the record of {key}" if key is not None else ""
-            report.error("shard-truncated", f"tar breaks after {reader.n} bytes{where}: {err}", file=s.path)
+            report.error("shard-truncated", f"tar breaks after {reader.n} bytes{where}: {err}", file=path)
         else:
             if key is not None:
                 finish(key, members)
             reader.drain()
             if reader.n % tarfile.BLOCKSIZE or reader.tail != bytes(_EOA):
                 truncated = True
-                report.error("shard-truncated", f"tar of {reader.n} bytes has no end-of-archive marker", file=s.path)
-    if reader.h is not None and not truncated and size == s.size and reader.h.hexdigest() != s.sha256:
-        report.error("shard-checksum-mismatch", "sha256 differs from the manifest", file=s.path)
-    missing = [ep for ep in s.episodes if ep not in seen]
+                report.error("shard-truncated", f"tar of {reader.n} bytes has no end-of-archive marker", file=path)
+    if reader.h is not None and not truncated and size == want_size and reader.h.hexdigest() != want_sha:
+        report.error("shard-checksum-mismatch", "sha256 differs from the manifest", file=path)
+    missing = [ep for ep in order if ep not in seen]
     if missing:
         why = " (the tar is truncated)" if truncated else ""
-        report.error("record-missing", f"records missing from the shard{why}", file=s.path, episodes=missing)
-    elif [ep for ep in seen if ep in listed] != list(s.episodes):
-        report.warning("record-order", "records are not in the manifest's order", file=s.path)
+        report.error("record-missing", f"records missing from the shard{why}", file=path, episodes=missing)
+    elif [ep for ep in seen if ep in listed] != order:
+        report.warning("record-order", "records are not in the manifest's order", file=path)
 
 
 def _has(m: mf.Manifest, ep: int) -> bool:
@@ -307,7 +269,9 @@ def check_meta(root: Root, m: mf.Manifest, report: Report, *, progress: bool, fa
     if meta is None or meta.episodes is None:
         return
     ours = {e.index: e for e in meta.episodes}
-    for e in m.episodes:
+    mine: set[int] = set()
+    for e in m.index.iter_entries():
+        mine.add(e.index)
         v = ours.get(e.index)
         if v is None:
             report.error("meta-manifest-mismatch", "in roboreel.json but not in meta/episodes", file=EPISODES_DIR,
@@ -316,7 +280,7 @@ def check_meta(root: Root, m: mf.Manifest, report: Report, *, progress: bool, fa
             report.error("meta-manifest-mismatch", f"meta/episodes says length {v.length}, {v.from_index}.."
                          f"{v.to_index}; roboreel.json says length {e.length}, {e.from_index}..{e.to_index}",
                          file=EPISODES_DIR, episode=e.index)
-    extra = sorted(set(ours) - {e.index for e in m.episodes})
+    extra = sorted(set(ours) - mine)
     if extra:
         report.error("meta-manifest-mismatch", "in meta/episodes but not in roboreel.json", file=EPISODES_DIR,
                      episodes=extra)
@@ -328,10 +292,10 @@ def _check_data_digests(root: Root, m: mf.Manifest, ours: dict, report: Report) 
     """Each episode's rows in data/ hash to the manifest's rows_sha256 (the source rows' hash at compile time),
     so the LeRobot view holds the source values too, not only the shard records. One data file in memory at a
     time (a compiled data file holds one shard's episodes)."""
-    by_file: dict[str, list[mf.EpisodeEntry]] = {}
-    for e in m.episodes:
+    by_file: dict[str, list[tuple[int, str]]] = {}
+    for e in m.index.iter_entries():
         if e.rows_sha256 and e.index in ours:
-            by_file.setdefault(ours[e.index].data_path, []).append(e)
+            by_file.setdefault(ours[e.index].data_path, []).append((e.index, e.rows_sha256))
     for rel, entries in sorted(by_file.items()):
         try:
             table = read_parquet(root.fs, root.path(rel), rel)
@@ -340,24 +304,26 @@ def _check_data_digests(root: Root, m: mf.Manifest, ours: dict, report: Report) 
         if "episode_index" not in table.column_names:
             continue
         eps = table.column("episode_index").to_numpy()
-        for e in entries:
-            _check_digest(table.filter(pa.array(eps == e.index)), e.rows_sha256, report,
+        for ep, digest in entries:
+            _check_digest(table.filter(pa.array(eps == ep)), digest, report,
                           "the episode's rows in data/ hash differently from the manifest's rows_sha256",
-                          file=rel, episode=e.index)
+                          file=rel, episode=ep)
 
 
 def check_compiled(root: Root, report: Report, *, world_size: int = 1, num_workers: int = 1, fast: bool = False,
                    count: CountMode = "packets", progress: bool = False) -> mf.Manifest | None:
     """Every compiled check; returns the manifest (None when it is unreadable: a fatal finding)."""
     m = load(root, report)
-    if m is None:
+    if m is None or not check_index_files(root, m, report, fast=fast):
         return None
     check_manifest(m, report, world_size=world_size, num_workers=num_workers)
-    listed = {s.path for s in m.shards}
+    if report.count("fatal"):
+        return None
+    listed = set(m.index.shards["path"])
     for rel in root.find(sh.SHARD_DIR, ".tar"):
         if rel not in listed:
             report.warning("shard-unexpected", "shard file not listed in the manifest", file=rel)
-    for pos in progress_bar(range(len(m.shards)), enabled=progress, desc="shards", unit="shard"):
+    for pos in progress_bar(range(m.num_shards), enabled=progress, desc="shards", unit="shard"):
         check_shard(root, m, pos, report, fast=fast, count=count)
     check_meta(root, m, report, progress=progress, fast=fast)
     return m

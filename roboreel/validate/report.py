@@ -32,6 +32,9 @@ CODES: dict[str, str] = {
     "manifest-missing": "shards/ exists but roboreel.json does not: compile did not finish",
     "manifest-unreadable": "roboreel.json is not JSON or not a well-formed manifest",
     "manifest-version": "roboreel.json was written by a newer (or unknown) roboreel format version",
+    "index-missing": "an index file roboreel.json names (index/...) does not exist",
+    "index-checksum-mismatch": "an index file's size or sha256 differs from roboreel.json",
+    "index-unreadable": "an index file cannot be read, lacks columns, or its rows are out of order",
     # LeRobot v3 metadata
     "tasks-unreadable": "meta/tasks.parquet is missing or unreadable",
     "episodes-meta-unreadable": "meta/episodes files are missing, unreadable or lack columns",
@@ -62,7 +65,7 @@ CODES: dict[str, str] = {
     # compiled
     "meta-missing": "a compiled dataset without meta/info.json (LeRobot cannot open its data/)",
     "meta-manifest-mismatch": "meta/episodes and roboreel.json disagree on an episode's length or indices",
-    "manifest-inconsistent": "roboreel.json contradicts itself (shard numbers, episode lists, index ranges)",
+    "manifest-inconsistent": "roboreel.json or its index contradicts itself (shard numbers, episode lists, ranges)",
     "shard-missing": "a shard listed in the manifest does not exist",
     "shard-size-mismatch": "a shard's byte size differs from the manifest",
     "shard-checksum-mismatch": "a shard's sha256 differs from the manifest",

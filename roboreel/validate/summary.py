@@ -10,11 +10,11 @@ import datetime
 from collections import defaultdict
 from typing import Any
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.manifest import MANIFEST_NAME, load_manifest
-from roboreel.formats.shard import split_member
 from roboreel.validate._io import Root
 
 
@@ -61,22 +61,23 @@ def _source_summary(root: Root) -> dict[str, Any]:
 
 
 def _compiled_summary(root: Root) -> dict[str, Any]:
-    m = load_manifest(root.url)
-    lengths = [e.length for e in m.episodes]
+    m = load_manifest(root.url, storage_options=root.storage_options)
+    ix = m.index  # streamed a row group at a time: bounded memory at any episode count
+    lengths = [int(n) for n in ix.lengths.values]
     clip_bytes: dict[str, int] = defaultdict(int)
     rows_bytes = 0
-    for e in m.episodes:
-        for x in e.members:
-            ext = split_member(x.name)[1]
-            if ext == "parquet":
-                rows_bytes += x.size
-            elif ext.endswith(".mp4"):
-                clip_bytes[ext[: -len(".mp4")]] += x.size
-    sizes = [s.size for s in m.shards]
-    per_shard = [len(s.episodes) for s in m.shards]
+    for _, t in ix.group_tables():  # column-wise: member bytes by kind, no object per member
+        flat = pc.list_flatten(t.column("members").combine_chunks())
+        sizes = flat.field("size")
+        ext = pc.list_element(pc.split_pattern(flat.field("name"), ".", max_splits=1), 1)  # split_member's rule
+        rows_bytes += pc.sum(pc.filter(sizes, pc.equal(ext, "parquet"))).as_py() or 0
+        for cam in m.camera_keys:
+            clip_bytes[cam] += pc.sum(pc.filter(sizes, pc.equal(ext, f"{cam}.mp4"))).as_py() or 0
+    sizes = [int(x) for x in ix.shards["size"]]
+    per_shard = [int(x) for x in ix.shards["episodes"]]
     out: dict[str, Any] = {
         "kind": "compiled", "path": root.url, "format_version": m.format_version, "created_by": m.created_by,
-        "fps": m.fps, "episodes": len(m.episodes), "frames": sum(lengths),
+        "fps": m.fps, "episodes": len(lengths), "frames": sum(lengths),
         "duration_s": round(sum(lengths) / m.fps, 3), "episode_length": _lengths(lengths), "tasks": len(m.tasks),
         "cameras": [{"key": c.key, "codec": c.codec, "height": c.height, "width": c.width, "pix_fmt": c.pix_fmt,
                      "gop": c.gop, "bframes": c.bframes, "bytes": clip_bytes.get(c.key, 0)} for c in m.cameras],
@@ -86,7 +87,7 @@ def _compiled_summary(root: Root) -> dict[str, Any]:
         "rows_bytes": rows_bytes, "source": m.source, "settings": m.settings,
     }
     if root.exists(v3.INFO_PATH):
-        out["data"] = _data_summary(root, len(m.episodes))
+        out["data"] = _data_summary(root, len(lengths))
     return out
 
 

@@ -207,7 +207,7 @@ COMPILED_CASES = {
                                                frozenset({"member-checksum-mismatch", "shard-checksum-mismatch"}),
                                                r"fails its sha256 check"),
     "manifest-newer-version": CompiledCase(D.manifest_newer_version, frozenset({"manifest-version"}),
-                                           r"format_version 2 is not supported.*upgrade roboreel", exit=2),
+                                           r"format_version 3 is not supported.*upgrade roboreel", exit=2),
     "manifest-not-json": CompiledCase(D.manifest_not_json, frozenset({"manifest-unreadable"}),
                                       r"manifest is not valid JSON", exit=2),
 }
