@@ -19,6 +19,7 @@ import concurrent.futures as cf
 import multiprocessing as mp
 import os
 import queue
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,10 @@ from roboreel.compile.clips import ClipJob, run_clip
 from roboreel.compile.shardjob import ShardJob, run_shard
 
 _PACK = 1 << 30  # order key of a shard's pack job: after its clips
+
+
+class _Cancelled(Exception):
+    """Raised inside the in-process worker thread to stop its clip when the compile is interrupted."""
 
 
 # -- worker side ------------------------------------------------------------------------------------------
@@ -94,6 +99,14 @@ def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: i
     running: dict[cf.Future[Any], tuple[tuple[int, int], ShardJob | ClipJob, bool]] = {}  # (key, job, local)
     progress = ctx.SimpleQueue()  # from the processes
     local_progress: queue.SimpleQueue[int] = queue.SimpleQueue()  # from the thread
+    cancel = threading.Event()
+
+    def local_sink(n: int) -> None:
+        """The thread's progress; also where it stops mid-clip on an interrupt (else Ctrl-C would wait for the
+        clip to finish)."""
+        if cancel.is_set():
+            raise _Cancelled("compile interrupted")
+        local_progress.put(n)
 
     def drain() -> None:
         for q in (progress, local_progress):
@@ -104,10 +117,10 @@ def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: i
         if packs:
             job: ShardJob | ClipJob = packs.popleft()
             key = (order[job.shard], _PACK)
-            f = pool.submit(_local_pack, job, local_progress.put) if local else pool.submit(_pack_task, job)
+            f = pool.submit(_local_pack, job, local_sink) if local else pool.submit(_pack_task, job)
         else:
             key, job = queued.popleft()
-            f = pool.submit(_local_clip, job, local_progress.put) if local else pool.submit(_clip_task, job)
+            f = pool.submit(_local_clip, job, local_sink) if local else pool.submit(_clip_task, job)
         running[f] = (key, job, local)
 
     with cf.ThreadPoolExecutor(1, thread_name_prefix="roboreel-clip") as thread, \
@@ -137,6 +150,7 @@ def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: i
                         if left[job.shard] == 0:
                             packs.append(by_shard[job.shard])
         except BaseException:  # an interrupt: start nothing more; the executors' exit waits for running tasks
+            cancel.set()
             for f in running:
                 f.cancel()
             raise
