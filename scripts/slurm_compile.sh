@@ -2,7 +2,10 @@
 # Compile one LeRobot v3 dataset with a SLURM array: N jobs each compile a deterministic 1/N of the shards
 # (`--part K/N`), then one dependent job writes meta/ and roboreel.json (`--finalize`). The last array task to
 # finish usually finalizes by itself; the dependent job makes it explicit and reports missing shards if any
-# task failed. Rerunning a failed task resumes it (finished shards are kept).
+# task failed. Rerunning a failed task resumes it (finished shards and clips are kept). Each task encodes its
+# shards' (episode, camera) clips on CPUS cores (--workers), so PARTS x CPUS cores work at once; PARTS may exceed
+# the shard count (the extra tasks only check the source). Tested on a real single-node SLURM 22.05:
+# tests/test_slurm.py (ROBOREEL_SLURM=1 after scripts/ci_slurm.sh).
 #
 #   SRC=hf://datasets/org/name OUT=/shared/compiled/name PARTS=64 bash scripts/slurm_compile.sh
 #

@@ -346,6 +346,7 @@ def test_cli_compile_and_finalize(small_source, tmp_path, capsys):
     assert main([*args, "--part", "1/2"]) == 0
     text = capsys.readouterr().out
     assert "manifest written" in text and "PSNR mean" in text and "frames/s" in text
+    assert "x the source's" in text  # output / input size
     assert main(["compile", "--finalize", str(out)]) == 0
     assert main([*args, "--part", "2/2"]) == 2
     assert "0 <= K < N" in capsys.readouterr().err

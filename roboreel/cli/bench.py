@@ -32,8 +32,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--remote-latency-ms", type=float, default=None,
                    help="also run over HTTP from 127.0.0.1 with this fixed latency per request")
     p.add_argument("--no-ceiling", action="store_true", help="skip the decode-ceiling measurement")
-    p.add_argument("--compile", action="store_true", help="run the compile benchmark (roboreel vs ffmpeg CLI)")
-    p.add_argument("--compile-workers", default="1,2")
+    p.add_argument("--compile", action="store_true",
+                   help="run the compile benchmark (roboreel vs the ffmpeg CLI, alternated; throughput and PSNR) on "
+                        "--source, or without one on a synthetic dataset of --episodes x --cameras at "
+                        "--height x --width (made under --out, reused)")
+    p.add_argument("--cameras", type=int, default=3, help="with --prepare or a synthetic --compile dataset")
+    p.add_argument("--compile-workers", default="1,2", help="worker counts to compare (comma-separated)")
+    p.add_argument("--compile-repeats", type=int, default=2, help="alternations per worker count")
+    p.add_argument("--compile-unit", choices=["clip", "file"], default="clip",
+                   help="ffmpeg CLI: one process per episode x camera (the clips roboreel makes) or per source mp4")
+    p.add_argument("--compile-psnr-stride", type=int, default=1,
+                   help="PSNR of every k-th frame vs the source decode (0: none)")
     p.add_argument("--no-dataloading", action="store_true", help="only the compile benchmark")
     p.add_argument("--soak", type=int, default=None, metavar="EPOCHS",
                    help="soak: EPOCHS epochs with persistent workers, RSS of every process per epoch")
@@ -57,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         return _scale(args, out)
     if args.prepare:
         spec = DataSpec(episodes=args.episodes, height=args.height, width=args.width, min_length=args.min_length,
-                        max_length=args.max_length)
+                        max_length=args.max_length, cameras=args.cameras)
         src, comp = prepare(Path(args.prepare), spec)
         compiled, source = str(comp), str(src)
         compiled = args.compiled or compiled
@@ -66,8 +75,12 @@ def run(args: argparse.Namespace) -> int:
         source = args.source or load_manifest(compiled).source.get("url")
         if not source:
             raise ValueError("no --source given and the manifest names no source url")
-    elif args.no_dataloading and args.source:
+    elif args.no_dataloading and args.source or args.compile and args.source:
         compiled, source = "", args.source  # the compile benchmark needs only the source
+        args.no_dataloading = True
+    elif args.compile:
+        compiled, source = "", str(_compile_source(args, out))
+        args.no_dataloading = True
     else:
         raise ValueError("give a compiled dataset path or --prepare DIR (or --source with --no-dataloading)")
     if args.soak is not None:
@@ -88,19 +101,32 @@ def run(args: argparse.Namespace) -> int:
                   cfg=cfg, repeats=args.repeats, out=out, remote_latency_ms=args.remote_latency_ms,
                   ceiling=not args.no_ceiling)
     if args.compile:
-        from roboreel.bench.compile_bench import compile_benchmark, compile_ratios
-        from roboreel.compile import CompileSettings
+        from roboreel.bench.compile_bench import CompileBenchConfig, compile_benchmark, markdown
 
-        workers = tuple(int(w) for w in args.compile_workers.split(","))
-        runs = compile_benchmark(source, settings=CompileSettings(), workers=workers)
-        ratios = compile_ratios(runs)
+        cfg = CompileBenchConfig(workers=tuple(int(w) for w in args.compile_workers.split(",")),
+                                 repeats=args.compile_repeats, unit=args.compile_unit,
+                                 psnr_stride=args.compile_psnr_stride)
+        result = compile_benchmark(source, config=cfg)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "compile.json").write_text(json.dumps({"runs": runs, "ratios": ratios}, indent=1))
-        print("\n| workers | roboreel frames/s | ffmpeg CLI frames/s | ratio |\n|---|---|---|---|")
-        for r in ratios:
-            print(f"| {r['workers']} | {r['roboreel_fps']:.0f} | {r['ffmpeg_fps']:.0f} | {r['ratio']:.2f} |")
+        (out / "compile.json").write_text(json.dumps({"source": source, **result}, indent=1))
+        print(f"\ncompile benchmark on {source} ({result['ffmpeg_version']}, ffmpeg unit: {cfg.unit})")
+        print(markdown(result))
         print(f"wrote {out}/compile.json")
     return 0
+
+
+def _compile_source(args: argparse.Namespace, out: Path) -> Path:
+    """A synthetic LeRobot v3 dataset (AV1, LeRobot's defaults) for the compile benchmark, made once per shape."""
+    from roboreel.synth import SynthConfig, camera_names, synthesize
+
+    root = out / (f"compile-source-{args.height}x{args.width}-{args.episodes}ep-{args.cameras}cam-"
+                  f"{args.min_length}-{args.max_length}")
+    if not (root / "meta" / "info.json").exists():
+        cfg = SynthConfig(episodes=args.episodes, cameras=camera_names(args.cameras), height=args.height,
+                          width=args.width, min_length=args.min_length, max_length=args.max_length,
+                          video_files_size_in_mb=100.0, data_files_size_in_mb=100.0)
+        synthesize(root, cfg, overwrite=True, progress=True)
+    return root
 
 
 def _scale(args: argparse.Namespace, out: Path) -> int:

@@ -28,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="+", metavar="SRC OUT",
                    help="source dataset (path or fsspec URL: hf://datasets/..., s3://, file://) and output "
                         "directory; with --finalize, only OUT")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel shard jobs (default: CPUs)")
+    p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
+                   help="parallel encodes, one (episode, camera) clip each (default: the CPUs this process may "
+                        "use, %(default)s here)")
     p.add_argument("--part", default=None, metavar="K/N", help="compile only block K of N (0 <= K < N)")
     p.add_argument("--finalize", action="store_true", help="only write meta/ + roboreel.json for OUT")
     p.add_argument("--crf", type=int, default=d.crf, help=f"x265 CRF (default {d.crf})")
@@ -39,8 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reencode", action="store_true", help="re-encode HEVC/H.264 sources instead of copying")
     p.add_argument("--resize", type=_size, default=None, metavar="HxW", help="resize every camera to HxW")
     p.add_argument("--shard-size-mb", type=float, default=d.shard_size_mb,
-                   help=f"target shard size (default {d.shard_size_mb:g} MB)")
-    p.add_argument("--episodes-per-shard", type=int, default=None, help="fixed episodes per shard")
+                   help=f"upper bound on a shard's size (default {d.shard_size_mb:g} MB); the shard count is "
+                        "then rounded up to a multiple of 24 (or 8, 4, 2) so readers split shards evenly")
+    p.add_argument("--episodes-per-shard", type=int, default=None,
+                   help="fixed episodes per shard (overrides the size-based plan)")
     p.add_argument("--psnr-frames", type=int, default=d.psnr_frames, help="frames per clip sampled for PSNR")
     p.add_argument("--overwrite", action="store_true", help="replace an existing compile in OUT")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

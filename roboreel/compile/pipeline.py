@@ -1,28 +1,28 @@
-"""``compile_dataset``: check the source, plan shards, compile the missing ones in a process pool, finalize.
+"""``compile_dataset``: check the source, plan shards, make the missing clips and shards, finalize.
 
 Order of events, each step crash-safe:
 1. check the source's metadata and data schemas (nothing written yet: bad metadata leaves OUT untouched);
 2. write OUT's lock (source fingerprint, settings, plan) and a meta snapshot, or verify they match (resume);
-3. compile every shard of this part that has no complete sidecar yet, ``workers`` at a time (spawned processes:
-   no fork of a parent holding fsspec/FFmpeg threads);
+3. for every shard of this part that has no complete sidecar yet, make each (episode, camera) clip not made by
+   an earlier run, ``workers`` at a time (schedule.py; spawned processes: no fork of a parent holding
+   fsspec/FFmpeg threads), and pack the shard once its clips exist;
 4. finalize (meta/ + roboreel.json) when every shard of the dataset exists.
 
 A data fault (SourceError) stops the run. When this run created OUT and compiles the whole dataset, OUT is
-removed again; otherwise finished shards stay (they are complete and valid) and temp files are removed.
+removed again; otherwise finished shards and clips stay (they are complete and valid) and temp files are
+removed.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import logging
 import math
-import multiprocessing as mp
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from roboreel.compile.clips import clip_done, remove_clips, remove_clips_dir, sweep_clip_temps
 from roboreel.compile.finalize import finalize as finalize_out
 from roboreel.compile.outdir import check_source_files, make_lock, prepare_out, write_snapshot
 from roboreel.compile.plan import (
@@ -33,13 +33,20 @@ from roboreel.compile.plan import (
     part_shards,
     plan_shards,
 )
+from roboreel.compile.schedule import run_inline, run_pool
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.shardjob import ShardJob, forget_sources, run_shard, shard_done, sweep_temps
+from roboreel.compile.shardjob import ShardJob, forget_sources, shard_done, sweep_temps
 from roboreel.compile.sourcefiles import episode_files, source_files
 from roboreel.formats.errors import RoboreelError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 
 log = logging.getLogger(__name__)
+
+# AV1 decoder threads per clip job. Measured (docs/format.md, "Work unit and parallelism"): libdav1d costs the
+# least CPU per frame with 1 thread (640x480: 1.47 ms vs 1.53-1.62 with 2 and 1.54-1.66 auto), against ~31 ms
+# per frame for single-threaded x265 veryfast: decode is ~5% of a clip's work and already runs beside the
+# encoder (overlap.py); more decoder threads only take CPU from the other workers' encoders.
+DECODE_THREADS = 1
 
 
 @dataclass
@@ -64,15 +71,27 @@ class CompileReport:
     cameras: int = 0
     part: tuple[int, int] | None = None
     psnr_per_camera: dict[str, float] = field(default_factory=dict)
+    input_bytes: int = 0  # the source bytes (video + rows) of this part's episodes
+    clips_reused: int = 0  # clips an earlier, interrupted run had finished (not made again)
+
+    @property
+    def size_ratio(self) -> float | None:
+        """Output bytes / source bytes of this part's episodes."""
+        return self.bytes / self.input_bytes if self.input_bytes else None
 
     def summary(self) -> str:
         psnr = (f"PSNR mean {self.psnr_mean:.2f} dB, min {self.psnr_min:.2f} dB" if self.psnr_mean is not None
                 else "PSNR n/a (no re-encoded clips)")
         part = f" (part {self.part[0]}/{self.part[1]})" if self.part else ""
+        ratio = self.size_ratio
+        size = f"{self.bytes / 1e6:.1f} MB" + (f" ({ratio:.2f}x the source's {self.input_bytes / 1e6:.1f} MB)"
+                                               if ratio is not None else "")
         return (
             f"{self.out}{part}: {self.episodes} episodes, {self.frames} frames, {self.shards} shards "
-            f"({self.shards_compiled} compiled, {self.shards_skipped} already done), {self.bytes / 1e6:.1f} MB; "
-            f"clips: {self.clips_encoded} encoded, {self.clips_remuxed} stream-copied; {psnr}; "
+            f"({self.shards_compiled} compiled, {self.shards_skipped} already done), {size}; "
+            f"clips: {self.clips_encoded} encoded, {self.clips_remuxed} stream-copied"
+            + (f" ({self.clips_reused} kept from an interrupted run)" if self.clips_reused else "")
+            + f"; {psnr}; "
             f"{self.seconds:.1f}s, {self.frames_per_s:.0f} frames/s x {self.cameras} cameras; "
             + ("manifest written" if self.finalized else "not finalized (other parts missing)")
         )
@@ -85,47 +104,6 @@ def _local_out(out: str) -> str:
     if "://" in out:
         raise ValueError(f"OUT must be a local directory (compile writes with temp names and renames), got {out!r}")
     return os.path.abspath(out)
-
-
-# -- worker side ------------------------------------------------------------------------------------------
-_QUEUE: Any = None
-
-
-def _init_worker(queue: Any) -> None:
-    global _QUEUE
-    _QUEUE = queue
-    os.environ.setdefault("SVT_LOG", "1")
-
-
-def _run_in_worker(job: ShardJob) -> dict[str, Any]:
-    return run_shard(job, on_episode=lambda n: _QUEUE.put(n))
-
-
-# -- parent side ------------------------------------------------------------------------------------------
-def _run_jobs(jobs: list[ShardJob], workers: int, bar: Any) -> None:
-    if workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            run_shard(job, on_episode=bar.update)
-        return
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx, initializer=_init_worker,
-                                initargs=(queue,)) as pool:
-        pending = {pool.submit(_run_in_worker, job) for job in jobs}
-        try:
-            while pending:
-                done, pending = cf.wait(pending, timeout=0.25, return_when=cf.FIRST_COMPLETED)
-                while not queue.empty():
-                    bar.update(queue.get())
-                for f in done:
-                    f.result()  # re-raises a worker's error here
-        except BaseException:
-            for f in pending:
-                f.cancel()
-            raise
-        finally:
-            while not queue.empty():
-                bar.update(queue.get())
 
 
 def compile_dataset(
@@ -144,7 +122,8 @@ def compile_dataset(
 
     ``part=(K, N)`` compiles the K-th of N contiguous blocks of shards (0 <= K < N); the manifest is written by
     whichever run finds every shard complete (or by ``finalize(out)``). ``finalize=False`` never writes it.
-    Rerunning into the same OUT resumes: complete shards are kept, the rest compiled.
+    Rerunning into the same OUT resumes: complete shards are kept, finished clips of the others reused (unless
+    their source file changed), the rest compiled. ``workers``: parallel (episode, camera) encodes.
     """
     from tqdm import tqdm
 
@@ -159,7 +138,10 @@ def compile_dataset(
     source = LeRobotSource(str(src), storage_options=storage_options)
     episodes = check_source(source)
     check_encodable(source, settings)
-    plan = plan_shards(episodes, estimate_episode_bytes(source, episodes, settings), settings)
+    est = estimate_episode_bytes(source, episodes, settings)
+    plan = plan_shards(episodes, est, settings)
+    in_bytes = est if settings.resize is None else estimate_episode_bytes(source, episodes,
+                                                                            settings.replace(resize=None))
     chunks_size = int(source.info.raw.get("chunks_size") or 1000)
     lock = make_lock(url=source.url, fingerprint=source.fingerprint(), settings=settings,
                      chunks_size=chunks_size, shards=plan, files=source_files(source, threads=max(2, workers)))
@@ -170,19 +152,40 @@ def compile_dataset(
         check_source_files(out, lock, [episode_files(source, shard) for shard in plan])
     try:
         write_snapshot(out, source)
+        todo = []
         for i in mine:
             sweep_temps(out, i, chunks_size)
-        todo = [i for i in mine if shard_done(out, i) is None]
+            if shard_done(out, i) is None:
+                sweep_clip_temps(out, i)
+                todo.append(i)
+            else:
+                remove_clips(out, i)  # a kill between a shard's sidecar and the removal of its clips
         lengths = {e.index: e.length for e in episodes}
-        threads = 0 if workers == 1 or len(todo) <= 1 else 1  # decoder threads: auto when shards run one by one
+        files = lock["source"]["files"]
         jobs = [
             ShardJob(src=source.url, storage_options=storage_options, out=out, shard=i, episodes=tuple(plan[i]),
-                     settings=settings, chunks_size=chunks_size, decode_threads=threads)
+                     settings=settings, chunks_size=chunks_size, decode_threads=DECODE_THREADS,
+                     files={rel: files[rel] for rel in sorted(episode_files(source, plan[i])) if rel in files})
             for i in todo
         ]
+        clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in source.camera_keys]
+                 for job in jobs}
+        planned_clips = sum(map(len, clips.values()))
+        clips = {shard: [c for c in cs if clip_done(out, c.shard, c.episode, c.camera, c.source_file) is None]
+                 for shard, cs in clips.items()}
+        reused = planned_clips - sum(map(len, clips.values()))  # finished by an interrupted or failed run
         work_frames = sum(lengths[e] for j in jobs for e in j.episodes)
-        with tqdm(total=work_frames, unit="frame", desc="compile", disable=not progress, smoothing=0.1) as bar:
-            _run_jobs(jobs, workers, bar)
+        clip_frames = sum(lengths[c.episode] for cs in clips.values() for c in cs)
+        with tqdm(total=clip_frames, unit="frame", desc="compile", disable=not progress, smoothing=0.05,
+                  bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} camera frames [{elapsed}<{remaining}, "
+                             "{rate_fmt}]") as bar:
+            try:
+                if workers == 1 or sum(map(len, clips.values())) <= 1:
+                    run_inline(jobs, bar.update)
+                else:
+                    run_pool(jobs, clips, workers, bar.update, lengths)
+            finally:
+                forget_sources()  # close the decoders this process opened
     except Exception as e:  # an interrupt (KeyboardInterrupt) leaves OUT as it is: a rerun resumes
         cleaned = fresh and part is None
         if cleaned:
@@ -190,15 +193,18 @@ def compile_dataset(
         if isinstance(e, RoboreelError):
             raise
         # Anything else (a full disk, a file-size limit, a bug) still gets one line saying what happened to OUT.
-        kept = f"removed what it had written to {out}" if cleaned else f"finished shards stay in {out}; a rerun resumes"
+        kept = f"removed what it had written to {out}" if cleaned else f"finished shards and clips stay in {out}; a rerun resumes"
         raise RoboreelError(f"compile stopped by {type(e).__name__}: {e} ({kept})") from e
     done_all = finalize and all(shard_done(out, i) is not None for i in range(len(plan)))
     if finalize and part is None and not done_all:
         raise RoboreelError(f"compile of {out} finished but shards are missing (another writer in OUT?)")
     if done_all:
+        remove_clips_dir(out)
         finalize_out(out)
     report = _report(out, plan, mine, len(todo), part, done_all, lengths, work_frames, time.perf_counter() - t0)
     report.cameras = len(source.camera_keys)
+    report.input_bytes = round(sum(in_bytes[e] for i in mine for e in plan[i]))
+    report.clips_reused = reused
     log.info("%s", report.summary())
     return report
 

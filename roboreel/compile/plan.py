@@ -7,6 +7,7 @@ Shards hold consecutive episodes (good locality: they share source mp4s, decoded
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import defaultdict
 from typing import Any
@@ -140,24 +141,54 @@ def estimate_episode_bytes(
     return out
 
 
+SHARD_COUNT_STEPS = (24, 8, 4, 2, 1)  # preferred shard-count multiples, most divisible first (see plan_shards)
+
+
 def plan_shards(
     episodes: list[EpisodeMeta], est_bytes: dict[int, float], settings: CompileSettings
 ) -> list[list[int]]:
-    """Consecutive episodes per shard: ``episodes_per_shard`` each, or filled until ``shard_size_mb``."""
+    """Consecutive episodes per shard: ``episodes_per_shard`` each, or the size-bounded, evenly dividing split.
+
+    Without ``episodes_per_shard``, the shard count is the smallest multiple of 24 (else of 8, 4, 2, 1: the
+    largest of these steps the episode count allows) that keeps every shard under ``shard_size_mb`` and is at
+    least that step. A multiple of 24 divides every world_size x num_workers of 1, 2, 3, 4, 6, 8, 12 and 24
+    consumers, so readers read whole shards (no "shards do not divide" split) on the usual set-ups even for a
+    small dataset, and a small dataset still gets several shards per reader core. Episodes are then cut into that
+    many consecutive runs of about equal estimated bytes. A shard larger than ``shard_size_mb`` happens only
+    when a single episode is (a shard holds whole episodes).
+    """
     order = [e.index for e in episodes]
     if settings.episodes_per_shard is not None:
         n = settings.episodes_per_shard
         return [order[i : i + n] for i in range(0, len(order), n)]
-    target = settings.shard_size_mb * 1e6
-    shards: list[list[int]] = [[]]
-    filled = 0.0
-    for ep in order:
-        if shards[-1] and filled + est_bytes[ep] > target:
-            shards.append([])
-            filled = 0.0
-        shards[-1].append(ep)
-        filled += est_bytes[ep]
-    return shards
+    limit = settings.shard_size_mb * 1e6
+    sizes = [est_bytes[ep] for ep in order]
+    at_least = max(1, math.ceil(sum(sizes) / limit))
+    step = next(s for s in SHARD_COUNT_STEPS if s <= len(order))
+    count = step * math.ceil(max(at_least, step) / step)
+    while True:
+        if count >= len(order):
+            return [[ep] for ep in order]
+        shards = _balanced(order, sizes, count)
+        if all(len(s) == 1 or sum(est_bytes[ep] for ep in s) <= limit for s in shards):
+            return shards
+        count += step  # an episode boundary pushed a shard over the limit: more, smaller shards
+
+
+def _balanced(order: list[int], sizes: list[float], count: int) -> list[list[int]]:
+    """``order`` cut into ``count`` non-empty consecutive runs of about equal bytes: an episode goes to the run
+    holding its middle byte, then each cut is moved the least needed to leave no run empty."""
+    total = sum(sizes) or 1.0
+    mids, run = [], 0.0
+    for size in sizes:
+        mids.append(run + size / 2)
+        run += size
+    bounds = [0]
+    for k in range(1, count):
+        ideal = bisect.bisect_left(mids, k * total / count)
+        bounds.append(min(max(ideal, bounds[-1] + 1), len(order) - (count - k)))
+    bounds.append(len(order))
+    return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def parse_part(text: str) -> tuple[int, int]:

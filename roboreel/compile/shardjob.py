@@ -1,8 +1,10 @@
-"""Compile one shard: its episodes' clips and rows -> tar, data parquet, then a sidecar json marking it done.
+"""Pack one shard: its episodes' clips (made by clip jobs, clips.py, or here when missing) and rows -> tar, data
+parquet, then a sidecar json marking it done.
 
 Runs in a worker process (or inline). Files appear under their final names only when complete, in the order
 data file, tar, sidecar; a shard counts as done when its sidecar exists and the sizes it records match the
-files, so a kill at any point leaves at most temp files, which the next run of this shard removes.
+files, so a kill at any point leaves at most temp files, which the next run of this shard removes. The shard's
+clip files are deleted after its sidecar is written.
 """
 
 from __future__ import annotations
@@ -15,19 +17,27 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from roboreel.compile.decode import SourceVideo
+from roboreel.compile.clips import (
+    PARTS_DIR,
+    ClipJob,
+    clip_done,
+    forget_sources,
+    make_clip,
+    read_clip,
+    remove_clips,
+    worker_source,
+)
 from roboreel.compile.pack import ShardWriter, atomic_write, remove_stale_temps
 from roboreel.compile.rowgroups import write_episode_rows
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.transcode import REMUX_CODECS, transcode_span
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.manifest import EpisodeEntry, MemberInfo
 from roboreel.formats.shard import EpisodeRecord, file_sha256, rows_digest, shard_path
 
-log = logging.getLogger(__name__)
+__all__ = ["PARTS_DIR", "ShardJob", "forget_sources", "run_shard", "shard_done", "sweep_temps"]
 
-PARTS_DIR = ".roboreel-parts"  # sidecars and the source meta snapshot, under OUT
+log = logging.getLogger(__name__)
 
 
 def sidecar_path(shard: int) -> str:
@@ -41,7 +51,7 @@ def data_path(shard: int, chunks_size: int) -> str:
 
 @dataclass(frozen=True)
 class ShardJob:
-    """Everything a worker needs to compile one shard (picklable)."""
+    """Everything a worker needs to pack one shard (picklable)."""
 
     src: str
     storage_options: dict[str, Any] | None
@@ -50,25 +60,14 @@ class ShardJob:
     episodes: tuple[int, ...]
     settings: CompileSettings
     chunks_size: int
-    decode_threads: int = 0
+    files: dict[str, dict[str, Any]]  # the lock's {"size", "hash"} of the shard's source video files
+    decode_threads: int = 1
 
-
-_SOURCES: dict[str, LeRobotSource] = {}
-
-
-def _source(src: str, storage_options: dict[str, Any] | None) -> LeRobotSource:
-    """One LeRobotSource per worker process and URL (meta/ is read once, data files cached)."""
-    s = _SOURCES.get(src)
-    if s is None:
-        s = _SOURCES[src] = LeRobotSource(src, storage_options=storage_options)
-    return s
-
-
-def forget_sources() -> None:
-    """Drop the cached sources. A compile calls it first: jobs run inline (workers=1) live in the caller's
-    process, where a source opened by an earlier compile may have changed since (fixed, regenerated) and its
-    cached metadata and rows would otherwise be compiled instead of the new bytes."""
-    _SOURCES.clear()
+    def clip_job(self, source: LeRobotSource, episode: int, camera: str) -> ClipJob:
+        rel = source.episode(episode).videos[camera].path
+        return ClipJob(src=self.src, storage_options=self.storage_options, out=self.out, shard=self.shard,
+                       episode=episode, camera=camera, settings=self.settings, source_file=self.files.get(rel, {}),
+                       decode_threads=self.decode_threads)
 
 
 def shard_files(shard: int, chunks_size: int) -> tuple[str, str, str]:
@@ -99,33 +98,27 @@ def shard_done(out: str, shard: int) -> dict[str, Any] | None:
     return side
 
 
-def run_shard(job: ShardJob, on_episode: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Compile one shard; returns its sidecar dict. ``on_episode(frames)`` is called after each episode."""
+def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Pack one shard (making any clip not made yet); returns its sidecar dict. ``on_frames(n)``: progress of
+    the clips made here, n more camera frames."""
     t0 = time.perf_counter()
-    source = _source(job.src, job.storage_options)
+    source = worker_source(job.src, job.storage_options)
     tar_rel, data_rel, side_rel = shard_files(job.shard, job.chunks_size)
     sweep_temps(job.out, job.shard, job.chunks_size)
-    videos: dict[str, SourceVideo] = {}
     entries, clips_info, tables = [], {}, []
-    try:
-        with ShardWriter(os.path.join(job.out, tar_rel)) as writer:
-            for ep_index in job.episodes:
-                ep = source.episode(ep_index)
-                rows = source.episode_rows(ep)
-                record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, videos, job)
-                members = writer.add(record)
-                entries.append(EpisodeEntry(
-                    index=ep.index, length=ep.length, from_index=ep.from_index, to_index=ep.to_index,
-                    shard=job.shard, tasks=list(ep.tasks), members=members, rows_sha256=rows_digest(rows),
-                ))
-                tables.append((ep.index, ep.data_path, rows))
-                if on_episode is not None:
-                    on_episode(ep.length)
-            data_size, data_sha = write_episode_rows(os.path.join(job.out, data_rel), tables)
-            writer.commit()
-    finally:
-        for v in videos.values():
-            v.close()
+    with ShardWriter(os.path.join(job.out, tar_rel)) as writer:
+        for ep_index in job.episodes:
+            ep = source.episode(ep_index)
+            rows = source.episode_rows(ep)
+            record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, job, on_frames)
+            members = writer.add(record)
+            entries.append(EpisodeEntry(
+                index=ep.index, length=ep.length, from_index=ep.from_index, to_index=ep.to_index,
+                shard=job.shard, tasks=list(ep.tasks), members=members, rows_sha256=rows_digest(rows),
+            ))
+            tables.append((ep.index, ep.data_path, rows))
+        data_size, data_sha = write_episode_rows(os.path.join(job.out, data_rel), tables)
+        writer.commit()
     side = {
         "shard": job.shard,
         "episodes": list(job.episodes),
@@ -136,31 +129,30 @@ def run_shard(job: ShardJob, on_episode: Callable[[int], None] | None = None) ->
         "clips": clips_info,
     }
     atomic_write(os.path.join(job.out, side_rel), (json.dumps(side, indent=1) + "\n").encode())
+    remove_clips(job.out, job.shard)
     log.info("shard %d: %d episodes in %.2fs", job.shard, len(entries), time.perf_counter() - t0)
     return side
 
 
-def _episode_record(
-    source: LeRobotSource, ep: EpisodeMeta, rows: Any, videos: dict[str, SourceVideo], job: ShardJob
-) -> tuple[EpisodeRecord, dict[str, Any]]:
-    """One episode's record (clips of every camera + rows + meta) and per-clip info for the sidecar.
+def _clip(source: LeRobotSource, job: ShardJob, episode: int, camera: str,
+          on_frames: Callable[[int], None] | None) -> tuple[bytes, dict[str, Any]]:
+    """A clip's bytes and json: the finished clip file when there is a sound one, else made now."""
+    cj = job.clip_job(source, episode, camera)
+    doc = clip_done(job.out, job.shard, episode, camera, cj.source_file)
+    data = read_clip(job.out, job.shard, episode, camera, doc) if doc is not None else None
+    if data is None or doc is None:
+        data, doc = make_clip(cj, on_frames)
+    return data, doc
 
-    ``videos`` caches one decoder per source mp4 for the whole shard: consecutive episodes of a file are read
-    without reopening or seeking.
-    """
+
+def _episode_record(
+    source: LeRobotSource, ep: EpisodeMeta, rows: Any, job: ShardJob, on_frames: Callable[[int], None] | None
+) -> tuple[EpisodeRecord, dict[str, Any]]:
+    """One episode's record (clips of every camera + rows + meta) and per-clip info for the sidecar."""
     clips, info = {}, {}
     for cam in source.camera_keys:
-        span = ep.videos[cam]
-        video = videos.get(span.path)
-        if video is None:
-            video = videos[span.path] = SourceVideo(source, span.path, fps=source.fps, threads=job.decode_threads,
-                                                    episode=ep.index)
-            video.keep_packets = video.codec in REMUX_CODECS and not job.settings.reencode
-        clip = transcode_span(video, from_s=span.from_timestamp, length=ep.length, settings=job.settings,
-                              episode=ep.index, where=span.path)
-        clips[cam] = clip.data
-        info[cam] = {**clip.spec(), "mode": clip.mode,
-                     "psnr": [None if p == float("inf") else round(p, 4) for p in clip.psnr]}
+        clips[cam], doc = _clip(source, job, ep.index, cam, on_frames)
+        info[cam] = doc["info"]
     meta = {
         "episode_index": ep.index, "length": ep.length, "dataset_from_index": ep.from_index,
         "dataset_to_index": ep.to_index, "tasks": list(ep.tasks), "fps": source.fps,

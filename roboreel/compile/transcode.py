@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
@@ -25,6 +25,7 @@ import av
 import numpy as np
 
 from roboreel.compile.decode import SourceVideo, SpanPackets
+from roboreel.compile.overlap import read_ahead
 from roboreel.compile.settings import CompileSettings
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 
@@ -106,9 +107,10 @@ def decode_clip(
 
 
 def encode_clip(
-    frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str, episode: int
+    frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str, episode: int,
+    progress: Callable[[int], None] | None = None,
 ) -> Clip:
-    """Encode exactly ``length`` frames to an HEVC mp4 clip (see module doc)."""
+    """Encode exactly ``length`` frames to an HEVC mp4 clip (see module doc); ``progress(1)`` after each frame."""
     buf = io.BytesIO()
     tb = Fraction(1, fps)
     want = set(sample_indices(length, settings.psnr_frames))
@@ -142,6 +144,8 @@ def encode_clip(
             for packet in stream.encode(frame):
                 out.mux(packet)
             n += 1
+            if progress is not None:
+                progress(1)
         if stream is None or n != length:
             raise RoboreelError(f"encoder got {n} frames for an episode of {length} ({where}, episode {episode})")
         for packet in stream.encode(None):
@@ -183,7 +187,8 @@ def can_remux(video: SourceVideo, settings: CompileSettings) -> bool:
 
 
 def transcode_span(
-    video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str
+    video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
+    progress: Callable[[int], None] | None = None,
 ) -> Clip:
     """The clip of one episode x camera: stream copy when allowed and proven exact, else HEVC encode."""
     fps = video.fps
@@ -199,5 +204,9 @@ def transcode_span(
                     data=data, codec=video.codec, height=video.stream.height, width=video.stream.width,
                     frames=length, gop=None, bframes=None, mode="remux", psnr=[math.inf] * n,
                 )
-    frames = video.frames(from_s, length, episode=episode)
-    return encode_clip(frames, length=length, fps=fps, settings=settings, where=where, episode=episode)
+    frames = read_ahead(video.frames(from_s, length, episode=episode))  # decode on a thread, ahead of x265
+    try:
+        return encode_clip(frames, length=length, fps=fps, settings=settings, where=where, episode=episode,
+                           progress=progress)
+    finally:
+        frames.close()  # joins the decode thread before anyone touches `video` again

@@ -1,0 +1,206 @@
+"""One (episode, camera) clip: the unit of parallel compile work, kept as a file until its shard is packed.
+
+A clip is written under ``OUT/.roboreel-parts/clips/shard-<S>/`` as ``<episode>.<camera>.mp4`` and then a
+``<episode>.<camera>.json`` naming its size, sha256, what the episode record and sidecar say about it, and the
+source video file it was made from (size and content hash from the OUT lock). The json is the commit mark: a clip
+is reused by a rerun only when its json exists, the mp4 matches it, and the source file is still the one the
+lock records. Clips of a shard are deleted once the shard's tar is packed (shardjob.py), so a finished compile
+holds no copies.
+
+Clip bytes do not depend on which process encodes them or in which order (single-threaded x265, frame-exact
+decode), so the packed shards are byte-identical for any worker count.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+from roboreel.compile.decode import SourceVideo
+from roboreel.compile.pack import atomic_write
+from roboreel.compile.settings import CompileSettings
+from roboreel.compile.transcode import REMUX_CODECS, transcode_span
+from roboreel.formats.atomic import TMP_SUFFIX
+from roboreel.formats.lerobot_v3 import LeRobotSource
+from roboreel.formats.shard import sha256_hex
+
+PARTS_DIR = ".roboreel-parts"  # sidecars, clips and the source meta snapshot, under OUT
+CLIPS_DIR = f"{PARTS_DIR}/clips"
+_MAX_OPEN_VIDEOS = 4  # per process: enough to continue each camera's file of the current episodes
+
+
+def clips_dir(shard: int) -> str:
+    return f"{CLIPS_DIR}/shard-{shard:06d}"
+
+
+def clip_paths(shard: int, episode: int, camera: str) -> tuple[str, str]:
+    """(mp4, json) of a clip, relative to OUT."""
+    base = f"{clips_dir(shard)}/{episode:06d}.{camera}"
+    return f"{base}.mp4", f"{base}.json"
+
+
+@dataclass(frozen=True)
+class ClipJob:
+    """Everything a worker needs to make one clip (picklable)."""
+
+    src: str
+    storage_options: dict[str, Any] | None
+    out: str
+    shard: int
+    episode: int
+    camera: str
+    settings: CompileSettings
+    source_file: dict[str, Any]  # the lock's {"size", "hash"} of the camera's source mp4
+    decode_threads: int = 1
+
+
+# -- per-process caches ------------------------------------------------------------------------------------
+_SOURCES: dict[str, LeRobotSource] = {}
+_VIDEOS: OrderedDict[tuple[str, str], SourceVideo] = OrderedDict()
+
+
+def worker_source(src: str, storage_options: dict[str, Any] | None) -> LeRobotSource:
+    """One LeRobotSource per process and URL (meta/ is read once, data files cached)."""
+    s = _SOURCES.get(src)
+    if s is None:
+        s = _SOURCES[src] = LeRobotSource(src, storage_options=storage_options)
+    return s
+
+
+def forget_sources() -> None:
+    """Drop cached sources and decoders. A compile calls it first: jobs run inline (workers=1) live in the
+    caller's process, where a source opened by an earlier compile may have changed since (fixed,
+    regenerated) and its cached metadata, rows and decoders would otherwise be compiled instead of the new
+    bytes."""
+    _SOURCES.clear()
+    while _VIDEOS:
+        _VIDEOS.popitem()[1].close()
+
+
+def _video(source: LeRobotSource, rel: str, *, episode: int, threads: int, settings: CompileSettings) -> SourceVideo:
+    """A cached decoder for ``rel``: the next episode of the same file continues decoding without a seek."""
+    key = (source.url, rel)
+    video = _VIDEOS.pop(key, None)
+    if video is None:
+        video = SourceVideo(source, rel, fps=source.fps, threads=threads, episode=episode)
+        video.keep_packets = video.codec in REMUX_CODECS and not settings.reencode
+    _VIDEOS[key] = video
+    while len(_VIDEOS) > _MAX_OPEN_VIDEOS:
+        _VIDEOS.popitem(last=False)[1].close()
+    return video
+
+
+def _drop_video(source: LeRobotSource, rel: str) -> None:
+    video = _VIDEOS.pop((source.url, rel), None)
+    if video is not None:
+        video.close()
+
+
+# -- clip files ----------------------------------------------------------------------------------------------
+def clip_done(out: str, shard: int, episode: int, camera: str, source_file: dict[str, Any]) -> dict[str, Any] | None:
+    """The clip's json if a finished clip of this episode and camera exists and was made from the source file
+    the lock records now (same size and hash), else None."""
+    mp4, meta = clip_paths(shard, episode, camera)
+    try:
+        with open(os.path.join(out, meta), "rb") as f:
+            doc = json.loads(f.read())
+        if doc.get("source_file") != source_file:
+            return None
+        size = os.path.getsize(os.path.join(out, mp4))
+    except (OSError, ValueError):
+        return None
+    return doc if size == doc.get("size") else None
+
+
+def read_clip(out: str, shard: int, episode: int, camera: str, doc: dict[str, Any]) -> bytes | None:
+    """A finished clip's bytes, or None if they no longer match its json (then it is made again)."""
+    mp4, _ = clip_paths(shard, episode, camera)
+    try:
+        with open(os.path.join(out, mp4), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data if len(data) == doc["size"] and sha256_hex(data) == doc["sha256"] else None
+
+
+class _Ticker:
+    """Frame progress in batches (a pool worker sends it through a pipe): ``add(1)`` per frame, ``finish``
+    reports what is left of the clip (a stream copy has no per-frame step)."""
+
+    def __init__(self, sink: Callable[[int], None] | None, every: int = 8) -> None:
+        self.sink, self.every, self.sent, self.pending = sink, every, 0, 0
+
+    def add(self, n: int) -> None:
+        self.pending += n
+        if self.pending >= self.every:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.sink is not None and self.pending:
+            self.sink(self.pending)
+        self.sent += self.pending
+        self.pending = 0
+
+    def finish(self, total: int) -> None:
+        self.pending = max(0, total - self.sent)
+        self._flush()
+
+
+def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> tuple[bytes, dict[str, Any]]:
+    """Decode the episode's span of the camera's source mp4 and encode (or stream-copy) it; write the clip
+    files; returns (clip bytes, its json). ``on_frames(n)``: progress, n more frames encoded."""
+    source = worker_source(job.src, job.storage_options)
+    ep = source.episode(job.episode)
+    span = ep.videos[job.camera]
+    video = _video(source, span.path, episode=ep.index, threads=job.decode_threads, settings=job.settings)
+    ticks = _Ticker(on_frames)
+    try:
+        clip = transcode_span(video, from_s=span.from_timestamp, length=ep.length, settings=job.settings,
+                              episode=ep.index, where=span.path, progress=ticks.add)
+    except BaseException:
+        _drop_video(source, span.path)  # its position is no longer trusted
+        raise
+    ticks.finish(ep.length)
+    doc = {
+        "episode": ep.index, "camera": job.camera, "size": len(clip.data), "sha256": sha256_hex(clip.data),
+        "source_file": job.source_file,
+        "info": {**clip.spec(), "mode": clip.mode,
+                 "psnr": [None if p == float("inf") else round(p, 4) for p in clip.psnr]},
+    }
+    mp4, meta = clip_paths(job.shard, job.episode, job.camera)
+    atomic_write(os.path.join(job.out, mp4), clip.data)
+    atomic_write(os.path.join(job.out, meta), (json.dumps(doc, indent=1) + "\n").encode())
+    return clip.data, doc
+
+
+def run_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> None:
+    """A pool task: make the clip unless a finished one exists."""
+    if clip_done(job.out, job.shard, job.episode, job.camera, job.source_file) is None:
+        make_clip(job, on_frames)
+
+
+def sweep_clip_temps(out: str, shard: int) -> int:
+    """Remove temp files a killed clip writer of this shard left; returns how many."""
+    found = glob.glob(os.path.join(glob.escape(os.path.join(out, clips_dir(shard))), f".*{TMP_SUFFIX}"))
+    for path in found:
+        with suppress(FileNotFoundError):
+            os.unlink(path)
+    return len(found)
+
+
+def remove_clips(out: str, shard: int) -> None:
+    """Delete a packed shard's clips. (The shared clips dir is removed only once every shard is done, see
+    ``remove_clips_dir``: removing it here could race a worker of another shard or part creating its dir.)"""
+    shutil.rmtree(os.path.join(out, clips_dir(shard)), ignore_errors=True)
+
+
+def remove_clips_dir(out: str) -> None:
+    """Remove the (empty) clips dir once every shard is packed; clips left by a killed run go with it."""
+    shutil.rmtree(os.path.join(out, CLIPS_DIR), ignore_errors=True)
