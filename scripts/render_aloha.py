@@ -49,8 +49,8 @@ def trajectory(rng: np.random.Generator, frames: int, start: np.ndarray) -> np.n
 
 def render(out: Path, *, episodes: int, frames: int, seed: int) -> None:
     os.environ.setdefault("MUJOCO_GL", "osmesa")
-    import gymnasium as gym
     import gym_aloha  # noqa: F401  (registers the envs)
+    import gymnasium as gym
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     env = gym.make("gym_aloha/AlohaInsertion-v0", obs_type="pixels_agent_pos")
