@@ -20,7 +20,7 @@ from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader import CompiledDataset
 from roboreel.reader.deferred import collate_pending
 from roboreel.reader.gpu import DeviceDecoders
-from roboreel.reader.loader import _PendingStream
+from roboreel.reader.loader import _PendingStream, finish_batch
 from roboreel.reader.routing import Router
 from roboreel.reader.stage import DecodePool, default_decode_threads
 
@@ -131,3 +131,29 @@ def test_decode_threads_are_checked(compiled):
         roboreel.loader(ds, batch_size=2, decode_threads=0)
     with pytest.raises(ValueError, match="inflight_batches must be an integer >= 1, got 0"):
         roboreel.loader(ds, batch_size=2, inflight_batches=0)
+
+
+@pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])
+def test_channels_last_staging_gives_the_same_contiguous_batches(compiled, uint8):
+    """What the pool does when the batch goes to CUDA (frames staged [N, H, W, C], transposed where they land),
+    run on the CPU: same batches as the DataLoader, contiguous [B, (T,) C, H, W]."""
+    make = _make(compiled, return_uint8=uint8, delta_timestamps=WINDOWS)
+    want = list(DataLoader(make(), batch_size=5))
+    ds = make()
+    cameras = {c.key: c for c in ds.manifest.cameras}
+    router = Router("cpu", cameras=cameras)
+    pool = DecodePool(threads=2, make_decoders=lambda: DeviceDecoders(router, keep=ds.keep_frames), cameras=cameras,
+                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.tolerance_s,
+                      channels_last=True)
+    got = []
+    try:
+        for pb in DataLoader(_PendingStream(ds), batch_size=5, collate_fn=collate_pending):
+            job = pool.submit(pb)
+            assert job.frames[CAMERAS[0]].shape[1:] == (64, 64, 3)
+            job.wait()
+            got.append(finish_batch(job, device=torch.device("cpu"), return_uint8=uint8, image_transforms=None))
+    finally:
+        pool.close()
+    assert_same_batches(got, want)
+    _assert_same_frames(got, want)
+    assert all(b[c].is_contiguous() for b in got for c in CAMERAS)

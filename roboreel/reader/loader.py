@@ -237,7 +237,8 @@ class _Stage:
             return DeviceDecoders(router, keep=ds.keep_frames, max_gpu_decoders=owner.max_gpu_decoders)
         pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
                           pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
-                          max_open_clips=owner.max_gpu_decoders if stream is not None else 4096)
+                          max_open_clips=owner.max_gpu_decoders if stream is not None else 4096,
+                          channels_last=stream is not None)  # the GPU transposes (stage.py, "Layout")
         flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
 
         def flush() -> None:
@@ -284,15 +285,21 @@ def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
     """The collated batch of a decoded job, on ``device``: the CPU path's keys, order, shapes, dtypes and values.
 
     uint8 is the wire format: the pixels cross to the device as uint8 and become float32 there, in one
-    ``x / 255.0`` (the CPU path's arithmetic, so values are bit-identical on the CPU)."""
+    ``x / 255.0`` (the CPU path's arithmetic, so values are bit-identical on the CPU), which also makes channels-last
+    staged frames contiguous [.., C, H, W]."""
     pending = job.pending
     out: dict[str, Any] = {}
     for cam, plan in pending.cameras.items():
         x = job.frames[cam].to(device, non_blocking=True)
+        if job.channels_last:
+            x = x.permute(0, 3, 1, 2)  # a view; made contiguous by the division or the copy below
+        if not return_uint8:
+            y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+            x = torch.div(x, 255.0, out=y)  # uint8 / Python float -> float32, one pass, where the batch lands
+        else:
+            x = x.contiguous()
         if plan.stacked:
             x = x.view(pending.size, plan.window, *x.shape[1:])
-        if not return_uint8:
-            x = torch.div(x, 255.0)  # uint8 / Python float -> float32, one pass, where the batch lands
         if image_transforms is not None:
             x = torch.stack([image_transforms(s) for s in x])
         out[cam] = x

@@ -52,7 +52,8 @@ class BatchJob:
     """One batch being decoded: its uint8 camera tensors (filled by the pool's tasks) and the tasks."""
 
     pending: PendingBatch
-    frames: dict[str, torch.Tensor]  # camera -> uint8 [B * T, C, H, W], on the staging device
+    frames: dict[str, torch.Tensor]  # camera -> uint8 [B * T, C, H, W] (or [B * T, H, W, C]), staging device
+    channels_last: bool = False
     futures: list[Future] = field(default_factory=list)
     submitted_at: float = field(default_factory=time.perf_counter)
 
@@ -78,16 +79,23 @@ class DecodePool:
         tolerance_s: max distance between a frame's pts and the timestamp it must show.
         max_open_clips: live clips with open decoders at most; the least recently used idle one is closed beyond
             (its decoder reopens on next use, at the cost of a seek).
+        channels_last: stage frames as [B * T, H, W, C] (see below); ``finish_batch`` makes them [.., C, H, W].
+
+    Layout: torchcodec returns frames as channels-last memory seen through a [C, H, W] view. Copying one into a
+    contiguous [C, H, W] slot is a transposing copy, ~1 ms per 480x640 frame here, as much as decoding it; copying
+    it into a [H, W, C] slot is a plain memcpy (~0.25 ms). When the batch goes to a GPU the transposition is
+    left to the GPU (free there, fused with the division by 255); on the CPU it is done here, in parallel threads,
+    because the batch must be contiguous [.., C, H, W] like ``DataLoader(CompiledDataset)``'s.
     """
 
     def __init__(self, *, threads: int, make_decoders: Callable[[], Any], cameras: dict[str, CameraSpec],
                  staging: dict[str, torch.device], pin: bool, tolerance_s: float, max_open_clips: int = 4096,
-                 stream: Any = None) -> None:
+                 stream: Any = None, channels_last: bool = False) -> None:
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
             raise ValueError(f"decode_threads must be an integer >= 1, got {threads!r}")
         self.threads, self.make_decoders, self.cameras = threads, make_decoders, cameras
         self.staging, self.pin, self.tolerance_s = staging, pin, tolerance_s
-        self.max_open_clips, self.stream = max_open_clips, stream
+        self.max_open_clips, self.stream, self.channels_last = max_open_clips, stream, channels_last
         self.store = ClipStore()
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="roboreel-decode-pool")
         self._slots: OrderedDict[ClipKey, Any] = OrderedDict()  # live clip -> its decoders (LRU order)
@@ -105,7 +113,7 @@ class DecodePool:
             out = frames[cam]
             for slot, (key, f) in enumerate(plan.refs):
                 targets.setdefault(key, []).append((out, slot, f))
-        job = BatchJob(pending, frames)
+        job = BatchJob(pending, frames, channels_last=self.channels_last)
         for key, (queried, lanes) in pending.wanted.items():
             clip = self.store.get(key)
             decoders = self._slot(key)
@@ -123,7 +131,8 @@ class DecodePool:
         spec = self.cameras[camera]
         device = self.staging.get(camera, torch.device("cpu"))
         pin = self.pin and device.type == "cpu"
-        return torch.empty((n, 3, spec.height, spec.width), dtype=torch.uint8, device=device, pin_memory=pin)
+        shape = (n, spec.height, spec.width, 3) if self.channels_last else (n, 3, spec.height, spec.width)
+        return torch.empty(shape, dtype=torch.uint8, device=device, pin_memory=pin)
 
     def _slot(self, key: ClipKey) -> Any:
         decoders = self._slots.get(key)
@@ -180,6 +189,8 @@ class DecodePool:
         arrays: dict[int, Any] = {}  # numpy views of CPU frames, made once per frame
         for out, slot, f in targets:
             frame = got[f][0]
+            if self.channels_last:
+                frame = frame.permute(1, 2, 0)  # [H, W, C]: the decoder's own memory order (see the class doc)
             if frame.shape != out.shape[1:]:
                 raise CompiledFormatError(f"{clip.name}: decoded frames are {tuple(frame.shape)}, the manifest says "
                                           f"{tuple(out.shape[1:])} for camera {clip.camera!r}", file=clip.shard,
