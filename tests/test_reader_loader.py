@@ -157,3 +157,9 @@ def test_channels_last_staging_gives_the_same_contiguous_batches(compiled, uint8
     assert_same_batches(got, want)
     _assert_same_frames(got, want)
     assert all(b[c].is_contiguous() for b in got for c in CAMERAS)
+
+
+def test_device_defaults_to_the_decode_device(compiled):
+    make = _make(compiled, return_uint8=True)
+    want = list(roboreel.loader(make(), batch_size=4))
+    assert_same_batches(list(roboreel.loader(make(), batch_size=4, device="cpu")), want)

@@ -73,7 +73,10 @@ class DeviceLoader:
     """Batches of ``dataset`` decoded on ``dataset.decode_device`` in the main process (see the module doc).
 
     Args:
-        dataset: a ``CompiledDataset``; its ``decode_device`` ("cpu", "cuda", "cuda:N") is where batches land.
+        dataset: a ``CompiledDataset``; its ``decode_device`` ("cpu", "cuda", "cuda:N") is where frames decode.
+        device: where batches land (default: the decode device). ``decode_device="cpu"`` with ``device="cuda"``
+            decodes on the CPU and sends uint8 frames to the GPU (pinned, 4x fewer bytes than float32), where they
+            become float32: for GPUs without NVDEC for the codec (AV1 on A100/H100), or to keep NVDEC free.
         batch_size, num_workers: as ``torch.utils.data.DataLoader``.
         prefetch_batches: decoded batches kept ready ahead of the training loop (GPU memory scales with it).
         decode_threads: decode threads in this process (default: the cores it may use, ``os.sched_getaffinity``).
@@ -96,6 +99,7 @@ class DeviceLoader:
         decode_threads: int | None = None,
         inflight_batches: int = 2,
         max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS,
+        device: str | torch.device | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
         if not isinstance(dataset, CompiledDataset):
@@ -117,6 +121,10 @@ class DeviceLoader:
         self.dataset = dataset
         self.prefetch_batches, self.max_gpu_decoders = prefetch_batches, max_gpu_decoders
         self.decode_threads, self.inflight_batches = decode_threads, inflight_batches
+        self.device = None if device is None else torch.device(device)
+        if self.device is not None and dataset.decode_device != "cpu" and self.device.type != "cuda":
+            raise ValueError(f"device={str(self.device)!r}: a dataset decoding on {dataset.decode_device} delivers "
+                             "batches on that GPU (leave device unset)")
         self.dataloader = DataLoader(_PendingStream(dataset), batch_size=batch_size, num_workers=num_workers,
                                      collate_fn=collate_pending, **dataloader_kwargs)
         self.last_batch_seconds: float | None = None
@@ -134,9 +142,13 @@ class DeviceLoader:
         epoch = self.dataset.epoch
         resume, self._resume = self._resume, None
         self._batches = resume[1] if resume is not None and resume[0] == epoch else 0
-        device, capability = _device_info(self.dataset.decode_device)
+        decode, capability = _device_info(self.dataset.decode_device)
+        device = decode if self.device is None else _device_info(str(self.device))[0]
+        if decode.type == "cuda" and device != decode:
+            raise ValueError(f"device={str(device)!r} but the dataset decodes on {decode}: batches land where they "
+                             "decode on a GPU (leave device unset)")
         source = iter(self.dataloader)  # workers start here, in the caller's thread
-        stage = _Stage(self, source, device, capability)
+        stage = _Stage(self, source, device, decode, capability)
         live = _LoaderIter(self, Prefetcher(stage.run, self.prefetch_batches, name="roboreel-decode"), device)
         self._live, self._stage = weakref.ref(live), stage
         return live
@@ -195,7 +207,7 @@ def loader(dataset: CompiledDataset, *, batch_size: int, num_workers: int = 0, p
 
 def _device_info(decode_device: str) -> tuple[torch.device, tuple[int, int] | None]:
     """The exact device ("cuda" -> "cuda:<current>") and its compute capability (None on the CPU)."""
-    if decode_device == "cpu":
+    if torch.device(decode_device).type == "cpu":
         return torch.device("cpu"), None
     device = torch.device(decode_device)
     if device.index is None:
@@ -212,8 +224,9 @@ class _Stage:
     """
 
     def __init__(self, owner: DeviceLoader, source: Iterator[PendingBatch], device: torch.device,
-                 capability: tuple[int, int] | None) -> None:
+                 decode: torch.device, capability: tuple[int, int] | None) -> None:
         self.owner, self.source, self.device, self.capability = owner, source, device, capability
+        self.decode = decode  # where frames decode (the router's device); ``device``: where batches land
         self.done = threading.Event()  # set once the stage let go of the DataLoader iterator
 
     def run(self) -> Iterator[tuple[dict[str, Any], float]]:
@@ -226,7 +239,7 @@ class _Stage:
     def _run(self) -> Iterator[tuple[dict[str, Any], float]]:
         ds, owner = self.owner.dataset, self.owner
         cameras = {c.key: c for c in ds.manifest.cameras}
-        router = Router(str(self.device), cameras=cameras, capability=self.capability)
+        router = Router(str(self.decode), cameras=cameras, capability=self.capability)
         stream = None
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -237,7 +250,7 @@ class _Stage:
             return DeviceDecoders(router, keep=ds.keep_frames, max_gpu_decoders=owner.max_gpu_decoders)
         pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
                           pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
-                          max_open_clips=owner.max_gpu_decoders if stream is not None else 4096,
+                          max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,
                           channels_last=stream is not None)  # the GPU transposes (stage.py, "Layout")
         flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
 
