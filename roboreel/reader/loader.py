@@ -251,7 +251,8 @@ class _Stage:
         pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
                           pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
                           max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,
-                          channels_last=stream is not None)  # the GPU transposes (stage.py, "Layout")
+                          channels_last=stream is not None,  # the GPU transposes (stage.py, "Layout")
+                          dtype=torch.float32 if stream is None and not ds.return_uint8 else torch.uint8)
         flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
 
         def flush() -> None:
@@ -306,10 +307,10 @@ def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
         x = job.frames[cam].to(device, non_blocking=True)
         if job.channels_last:
             x = x.permute(0, 3, 1, 2)  # a view; made contiguous by the division or the copy below
-        if not return_uint8:
+        if not return_uint8 and x.dtype == torch.uint8:
             y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
             x = torch.div(x, 255.0, out=y)  # uint8 / Python float -> float32, one pass, where the batch lands
-        else:
+        elif job.channels_last:
             x = x.contiguous()
         if plan.stacked:
             x = x.view(pending.size, plan.window, *x.shape[1:])
