@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 
 import pytest
 import torch
@@ -163,3 +164,24 @@ def test_device_defaults_to_the_decode_device(compiled):
     make = _make(compiled, return_uint8=True)
     want = list(roboreel.loader(make(), batch_size=4))
     assert_same_batches(list(roboreel.loader(make(), batch_size=4, device="cpu")), want)
+
+
+def test_closing_with_chained_tasks_queued_returns(compiled):
+    """Closing while a clip's later tasks wait behind queued ones must not deadlock (it did with
+    ``shutdown(cancel_futures=True)``: cancelling ran the chain's callbacks under the executor's lock)."""
+    ds = _make(compiled)()
+    pbs = list(DataLoader(_PendingStream(ds), batch_size=3, collate_fn=collate_pending))
+    cameras = {c.key: c for c in ds.manifest.cameras}
+    router = Router("cpu", cameras=cameras)
+    pool = DecodePool(threads=1, make_decoders=lambda: DeviceDecoders(router), cameras=cameras,
+                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.tolerance_s)
+    gate = threading.Event()
+    pool._executor.submit(gate.wait)  # hold the only thread, so every task below queues (chained per clip)
+    for pb in pbs[:4]:
+        pool.submit(pb)
+    closer = threading.Thread(target=pool.close, daemon=True)
+    closer.start()
+    closer.join(0.5)  # close is now waiting for the held thread, with the queue full
+    gate.set()
+    closer.join(60)
+    assert not closer.is_alive()

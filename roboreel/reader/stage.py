@@ -112,6 +112,7 @@ class DecodePool:
         self._tails: dict[ClipKey, Future] = {}  # the last task submitted for each clip
         self._closed_stats = DecodeStats()  # counters of decoders already closed
         self._lock = threading.Lock()
+        self._closing = False
 
     # -- submitting --------------------------------------------------------------------------------------
     def submit(self, pending: PendingBatch) -> BatchJob:
@@ -158,9 +159,12 @@ class DecodePool:
         out: Future = Future()
 
         def start(_: Any = None) -> None:
+            if self._closing:  # the iteration was closed while the clip waited: nothing more to decode
+                out.cancel()
+                return
             try:
-                inner = self._executor.submit(fn, *args)
-            except RuntimeError:  # the pool shut down (the iteration was closed) while the clip waited
+                inner = self._executor.submit(self._unless_closing, fn, *args)
+            except RuntimeError:  # the pool shut down in between
                 out.cancel()
                 return
             inner.add_done_callback(lambda f: _forward(f, out))
@@ -171,6 +175,9 @@ class DecodePool:
             prev.add_done_callback(start)
         self._tails[key] = out
         return out
+
+    def _unless_closing(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return None if self._closing else fn(*args)
 
     def _bound_open_clips(self) -> None:
         excess = len(self._slots) - self.max_open_clips
@@ -237,8 +244,12 @@ class DecodePool:
         return out
 
     def close(self) -> None:
-        """Wait for running tasks (they hold decoders), drop queued ones, close every decoder."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        """Wait for running tasks (they hold decoders), skip queued ones, close every decoder.
+
+        Not ``shutdown(cancel_futures=True)``: cancelling runs the chain's callbacks inside ``shutdown``, under the
+        executor's lock, and a callback submitting the clip's next task would wait for that lock forever."""
+        self._closing = True
+        self._executor.shutdown(wait=True)
         for decoders in self._slots.values():
             decoders.close()
         self._slots.clear()
