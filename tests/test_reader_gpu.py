@@ -357,3 +357,15 @@ def test_gpu_bench_reports_gpu_memory(large):
     res = run_one("compiled", "single", compiled=str(large), source=str(large), cfg=cfg)
     assert res["decode_stage"] == "main-process" and res["gpu_max_allocated_mb"] > 0
     assert res["gpu_max_reserved_mb"] >= res["gpu_max_allocated_mb"] and res["samples_per_s"] > 0
+
+
+@pytest.mark.needs_cuda
+@needs_cuda
+@pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])
+def test_cpu_decode_lands_on_the_gpu_bit_identical(large, uint8):
+    """decode_device="cpu", device="cuda": CPU decode threads, uint8 channels-last pinned staging, transposed and
+    divided by 255 on the GPU; the values are the CPU path's exactly (same decode, same arithmetic)."""
+    want = list(roboreel.loader(_make(large, return_uint8=uint8)(), batch_size=4, num_workers=2))
+    got = [_on_cpu(b) for b in roboreel.loader(_make(large, return_uint8=uint8)(), batch_size=4, num_workers=2,
+                                               device="cuda")]
+    assert_same_batches(got, want)

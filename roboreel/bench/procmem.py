@@ -27,6 +27,21 @@ def tree_rss(pid: int | None = None) -> int:
     return total
 
 
+def tree_cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process and its live descendants so far."""
+    try:
+        root = psutil.Process(pid or os.getpid())
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
 class PeakRSS:
     """Context manager: ``with PeakRSS() as m: ...; m.peak`` is the largest tree RSS seen (bytes)."""
 

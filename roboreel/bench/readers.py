@@ -1,10 +1,13 @@
 """The readers a benchmark compares, each built the way a training script would build it.
 
-- ``compiled``: CompiledDataset over the compiled shards (an IterableDataset; the DataLoader batches it). With
-  ``decode_device="cuda"`` it is read through ``roboreel.loader`` instead (decode in the main process, on the GPU).
+- ``compiled``: ``DataLoader(CompiledDataset(...))`` over the compiled shards: workers decode, decoded samples
+  cross to the main process. With ``decode_device="cuda"`` it is read through ``roboreel.loader`` instead.
+- ``loader``: ``roboreel.loader(CompiledDataset(...))``, the recommended way to train: workers ship compressed
+  clips and frame requests, a pool of decode threads in the main process decodes into the batch tensors.
 - ``reference``: roboreel's map-style reader over the *source* (random sampler, batched ``__getitems__``,
   decoder reuse): the honest fast baseline for reading LeRobot v3 as it is published.
-- ``lerobot``: LeRobot's own ``LeRobotDataset`` over the source, when ``lerobot`` is importable.
+- ``lerobot``: LeRobot's own ``LeRobotDataset`` over the source (``return_uint8`` as the run asks), when
+  ``lerobot`` is importable, or in LeRobot's own venv through ``external.py``.
 
 Every dataset is wrapped so each sample carries its production time inside the worker (``LATENCY_KEY``): time
 spent producing it, excluding time a worker sits blocked on a full prefetch queue.
@@ -20,9 +23,9 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-Reader = Literal["compiled", "reference", "lerobot"]
+Reader = Literal["compiled", "loader", "reference", "lerobot"]
 Mode = Literal["single", "sarm"]
-READERS: tuple[str, ...] = ("compiled", "reference", "lerobot")
+READERS: tuple[str, ...] = ("compiled", "loader", "reference", "lerobot")
 MODES: tuple[str, ...] = ("single", "sarm")
 LATENCY_KEY = "__bench_latency_s"
 
@@ -86,7 +89,8 @@ class Built:
     map_style: bool
     stats: Any = None  # callable -> dict, or None
     camera_keys: tuple[str, ...] = ()
-    compiled: Any = None  # the bare CompiledDataset (for roboreel.loader), compiled reader only
+    compiled: Any = None  # the bare CompiledDataset (for roboreel.loader), compiled readers only
+    staged: bool = False  # read through roboreel.loader (decode in the main process)
 
     @property
     def cameras(self) -> int:
@@ -105,7 +109,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
           decode_device: str = "cpu", storage_options: dict | None = None, uint8: bool = False) -> Built:
     """Construct one reader's dataset for ``mode`` (``uint8``: camera frames as uint8, for every reader)."""
     dts = delta_timestamps(mode)
-    if reader == "compiled":
+    if reader in ("compiled", "loader"):
         from roboreel.reader import CompiledDataset
         from roboreel.reader.options import DecodeOptions, StreamOptions
 
@@ -114,7 +118,8 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
         if pool_size:
             kwargs["episode_pool_size"] = pool_size
         ds = CompiledDataset(compiled, **kwargs)
-        return Built(TimedIterable(ds), map_style=False, stats=ds.stats, camera_keys=tuple(ds.camera_keys), compiled=ds)
+        return Built(TimedIterable(ds), map_style=False, stats=ds.stats, camera_keys=tuple(ds.camera_keys), compiled=ds,
+                     staged=reader == "loader" or decode_device != "cpu")
     if reader == "reference":
         from roboreel.bench.reference import ReferenceDataset
 
@@ -127,7 +132,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
             raise RuntimeError(why)
         from lerobot.datasets.lerobot_dataset import LeRobotDataset  # type: ignore[import-not-found]
 
-        ds = LeRobotDataset(repo_id="local/bench", root=source, delta_timestamps=dts)
+        ds = LeRobotDataset(repo_id="local/bench", root=source, delta_timestamps=dts, return_uint8=uint8)
         return Built(TimedMap(ds), map_style=True, camera_keys=tuple(getattr(ds.meta, "video_keys", []) or []))
     raise ValueError(f"reader must be one of {READERS}, got {reader!r}")
 

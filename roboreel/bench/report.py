@@ -12,7 +12,7 @@ from typing import Any
 _CSV_FIELDS = (
     "reader", "mode", "repeat", "where", "samples", "samples_per_s", "ceiling_fraction", "first_batch_s",
     "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "peak_rss_mb", "decode_s", "fetch_s",
-    "decoder_opens", "decoder_reuses", "distinct_episodes_per_batch", "batch_size", "num_workers",
+    "decoder_opens", "decoder_reuses", "distinct_episodes_per_batch", "cpu_ms_per_sample", "batch_size", "num_workers",
     "decode_device", "decode_stage", "fallback_clips", "gpu_max_allocated_mb", "gpu_max_reserved_mb",
 )
 
@@ -45,15 +45,17 @@ def summarize(runs: list[dict[str, Any]], *, baseline: str = "reference") -> lis
             "first_batch_s": med("first_batch_s"), "latency_p50_ms": med("latency_p50_ms"),
             "latency_p99_ms": med("latency_p99_ms"), "peak_rss_mb": med("peak_rss_mb"),
             "distinct_episodes_per_batch": med("distinct_episodes_per_batch"),
+            "cpu_ms_per_sample": med("cpu_ms_per_sample"),
             "gpu_max_allocated_mb": med("gpu_max_allocated_mb"), "gpu_max_reserved_mb": med("gpu_max_reserved_mb"),
         })
-    for row in rows:
-        base = next((b for b in rows if b["where"] == row["where"] and b["mode"] == row["mode"]
-                     and b["reader"] == baseline), None)
-        row[f"x_{baseline}"] = (
-            row["samples_per_s"] / base["samples_per_s"]
-            if base and base["samples_per_s"] and row["samples_per_s"] is not None else None
-        )
+    for name in dict.fromkeys([baseline, "lerobot"]):  # LeRobotDataset: what users have, the goals' yardstick
+        for row in rows:
+            base = next((b for b in rows if b["where"] == row["where"] and b["mode"] == row["mode"]
+                         and b["reader"] == name), None)
+            row[f"x_{name}"] = (
+                row["samples_per_s"] / base["samples_per_s"]
+                if base and base["samples_per_s"] and row["samples_per_s"] is not None else None
+            )
     return rows
 
 
@@ -63,19 +65,21 @@ def _fmt(v: Any, spec: str) -> str:
 
 def markdown_table(rows: list[dict[str, Any]], *, baseline: str = "reference") -> str:
     """The summary as a Markdown table (what docs/benchmarks.md and the CLI print)."""
-    head = ("| where | mode | reader | samples/s | of ceiling | x " + baseline +
-            " | first batch s | p50 ms | p99 ms | peak RSS MB | episodes/batch |")
+    lerobot = baseline != "lerobot" and any(r.get("x_lerobot") is not None for r in rows)
+    head = ("| where | mode | reader | samples/s | of ceiling | x " + baseline + (" | x lerobot" if lerobot else "") +
+            " | first batch s | p50 ms | p99 ms | peak RSS MB | episodes/batch | CPU ms/sample |")
     gpu = any(r.get("gpu_max_allocated_mb") is not None for r in rows)  # a --decode-device cuda run
     if gpu:
         head += " GPU max alloc MB | GPU max reserved MB |"
-    lines = [head, "|" + "|".join(["---"] * (13 if gpu else 11)) + "|"]
+    lines = [head, "|" + "|".join(["---"] * (12 + lerobot + 2 * gpu)) + "|"]
     for r in rows:
         lines.append(
             f"| {r['where']} | {r['mode']} | {r['reader']} | {_fmt(r['samples_per_s'], '.0f')} | "
             f"{_fmt(r['ceiling_fraction'], '.0%')} | {_fmt(r.get('x_' + baseline), '.1f')} | "
+            + (f"{_fmt(r.get('x_lerobot'), '.1f')} | " if lerobot else "") +
             f"{_fmt(r['first_batch_s'], '.2f')} | {_fmt(r['latency_p50_ms'], '.1f')} | "
             f"{_fmt(r['latency_p99_ms'], '.1f')} | {_fmt(r['peak_rss_mb'], '.0f')} | "
-            f"{_fmt(r['distinct_episodes_per_batch'], '.1f')} |"
+            f"{_fmt(r['distinct_episodes_per_batch'], '.1f')} | {_fmt(r.get('cpu_ms_per_sample'), '.2f')} |"
             + (f" {_fmt(r.get('gpu_max_allocated_mb'), '.0f')} | {_fmt(r.get('gpu_max_reserved_mb'), '.0f')} |"
                if gpu else "")
         )

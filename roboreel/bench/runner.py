@@ -8,7 +8,11 @@ Per-sample latency is worker time per sample: the time a worker spent producing 
 samples in one call (both do) would otherwise show a 0 ms median and rare spikes; amortising per batch makes the
 readers comparable. Percentiles are over the steady window's batches.
 
-With ``decode_device="cuda"`` (or ``device_loader=True``) the compiled reader is read through ``roboreel.loader``:
+CPU time per sample: user + system seconds of the whole process tree (DataLoader workers included) over the
+steady window, per sample: what the data path costs the machine, whatever its parallelism.
+
+The ``loader`` reader, and the compiled reader with ``decode_device="cuda"`` (or ``device_loader=True``), are read
+through ``roboreel.loader``:
 workers yield compressed batches and the main process decodes them (on the GPU). Its per-sample latency is then
 the worker time producing the batch plus the decode stage's time for it (``DeviceLoader.last_batch_seconds``),
 over the batch size; on CUDA the run also reports peak GPU memory (``torch.cuda.max_memory_allocated`` and
@@ -27,7 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
-from roboreel.bench.procmem import PeakRSS
+from roboreel.bench.procmem import PeakRSS, tree_cpu_seconds
 from roboreel.bench.readers import LATENCY_KEY, build, to_device
 
 
@@ -50,6 +54,7 @@ class RunConfig:
     batches: int = 40
     seconds: float | None = None  # stop the steady window after this long instead of after ``batches``
     seed: int = 0
+    decode_threads: int | None = None  # the loader reader's decode threads (None: the available cores)
 
 
 def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfig, where: str = "local",
@@ -64,11 +69,12 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     if built.map_style:
         gen = torch.Generator().manual_seed(cfg.seed + repeat)
         loader_kwargs["sampler"] = RandomSampler(built.dataset, generator=gen)
-    staged = built.compiled is not None and (cfg.device_loader or cfg.decode_device != "cpu")
+    staged = built.compiled is not None and (built.staged or cfg.device_loader)
     if staged:
         from roboreel.reader.loader import DeviceLoader
 
-        loader: Any = DeviceLoader(built.compiled, prefetch_batches=cfg.prefetch, **loader_kwargs)
+        loader: Any = DeviceLoader(built.compiled, prefetch_batches=cfg.prefetch, decode_threads=cfg.decode_threads,
+                                   **loader_kwargs)
     else:
         loader = DataLoader(built.dataset, **loader_kwargs)
     device = torch.device(cfg.decode_device)
@@ -84,6 +90,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     first_batch_s = None
     frame_dtype = None  # what the camera tensors really were (the run's uint8 setting, checked)
     t_steady = t_end = None
+    cpu_steady = cpu_end = None
     n_batches = 0
     with PeakRSS() as mem:
         t0 = time.perf_counter()
@@ -99,6 +106,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
                                     if k in built.camera_keys and isinstance(v, torch.Tensor)), None)
             if n_batches == cfg.warmup_batches + 1 and t_steady is None:
                 t_steady = now  # the steady window starts when the first post-warm-up batch arrives
+                cpu_steady = tree_cpu_seconds()
             elif t_steady is not None:
                 steady_samples += n
                 latencies.append(lat_s / max(1, n))  # worker (+ decode stage) time per sample, amortised per batch
@@ -108,7 +116,10 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
                 (cfg.seconds is not None and now - t_steady >= cfg.seconds)
                 or (cfg.seconds is None and n_batches >= cfg.warmup_batches + 1 + cfg.batches)
             ):
+                cpu_end = tree_cpu_seconds()  # before the workers exit (their CPU time leaves with them)
                 break
+        if cpu_end is None and cpu_steady is not None:
+            cpu_end = tree_cpu_seconds()
         del it
         if staged:
             loader.close()
@@ -139,6 +150,8 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
         "latency_p99_ms": float(np.percentile(lat_ms, 99)),
         "peak_rss_mb": mem.peak / 2**20,
         "distinct_episodes_per_batch": float(np.mean(distinct)),
+        "cpu_ms_per_sample": (cpu_end - cpu_steady) * 1e3 / steady_samples
+        if cpu_end is not None and cpu_steady is not None else None,
         "decode_s": stats.get("decode_seconds") if stats else None,
         "fetch_s": stats.get("fetch_seconds") if stats else None,
         "decoder_opens": stats.get("decoder_opens") if stats else None,

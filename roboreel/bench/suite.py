@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from roboreel.bench.ceiling import compiled_clips, decode_ceiling
+from roboreel.bench.external import run_external
 from roboreel.bench.readers import lerobot_available
 from roboreel.bench.report import chart, markdown_table, summarize, write_runs
 from roboreel.bench.runner import RunConfig, run_one
@@ -65,6 +66,10 @@ def served(compiled: str, source: str, latency_ms: float) -> Iterator[tuple[str,
         yield a.url, b.url
 
 
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
 def _gpu_note(res: dict[str, Any]) -> str:
     if res.get("gpu_max_allocated_mb") is None:
         return ""
@@ -74,13 +79,16 @@ def _gpu_note(res: dict[str, Any]) -> str:
 
 def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str], cfg: RunConfig, repeats: int,
               out: Path, remote_latency_ms: float | None = None, ceiling: bool = True,
-              echo: Any = print) -> dict[str, Any]:
-    """Alternate readers (A B A B ...) for each mode, locally and (optionally) over HTTP; write every report."""
+              lerobot_python: str | None = None, echo: Any = print) -> dict[str, Any]:
+    """Alternate readers (A B A B ...) for each mode, locally and (optionally) over HTTP; write every report.
+
+    ``lerobot_python``: an interpreter with LeRobot installed (its own venv); the ``lerobot`` reader runs there
+    (external.py) instead of in this process."""
     readers = list(readers)
-    if "lerobot" in readers:
+    if "lerobot" in readers and lerobot_python is None:
         ok, why = lerobot_available()
         if not ok:
-            echo(f"skipping reader 'lerobot': {why}")
+            echo(f"skipping reader 'lerobot': {why} (--lerobot-python runs it in LeRobot's own venv)")
             readers.remove("lerobot")
     ceiling_fps = transport = None
     if ceiling:
@@ -108,14 +116,19 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
                         if where != "local" and reader != "compiled":
                             # per-frame range requests at tens of ms each: a short window measures it fine
                             run_cfg = replace(cfg, batches=max(2, cfg.batches // 8), seconds=None)
-                        res = run_one(reader, mode, compiled=c, source=s, cfg=run_cfg, where=where, repeat=r,
-                                      ceiling_frames_per_s=ceiling_fps)
+                        if reader == "lerobot" and lerobot_python is not None:
+                            res = run_external(lerobot_python, reader, mode, compiled=c, source=s, cfg=run_cfg,
+                                               where=where, repeat=r, ceiling_frames_per_s=ceiling_fps)
+                        else:
+                            res = run_one(reader, mode, compiled=c, source=s, cfg=run_cfg, where=where, repeat=r,
+                                          ceiling_frames_per_s=ceiling_fps)
                         runs.append(res)
                         frac = f", {res['ceiling_fraction']:.0%} of ceiling" if res["ceiling_fraction"] else ""
                         echo(f"  {where:>12} {mode:>6} {reader:>9} #{r}: {res['samples_per_s']:8.1f} samples/s"
                              f"{frac}, first batch {res['first_batch_s']:.2f}s, "
                              f"{res['distinct_episodes_per_batch']:.1f} episodes/batch, "
-                             f"peak RSS {res['peak_rss_mb']:.0f} MB{_gpu_note(res)}")
+                             f"peak RSS {res['peak_rss_mb']:.0f} MB, CPU {_ms(res.get('cpu_ms_per_sample'))} ms/sample"
+                             f"{_gpu_note(res)}")
     rows = summarize(runs)
     table = markdown_table(rows)
     write_runs(out, runs)

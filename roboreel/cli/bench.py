@@ -15,10 +15,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=int, default=40, help="with --prepare")
     p.add_argument("--height", type=int, default=224, help="with --prepare")
     p.add_argument("--width", type=int, default=224, help="with --prepare")
+    p.add_argument("--cameras", type=int, default=3, help="with --prepare or a synthetic --compile dataset")
+    p.add_argument("--fps", type=int, default=20, help="with --prepare")
     p.add_argument("--min-length", type=int, default=150, help="with --prepare")
     p.add_argument("--max-length", type=int, default=250, help="with --prepare")
     p.add_argument("--modes", default="single,sarm")
-    p.add_argument("--readers", default="compiled,reference,lerobot")
+    p.add_argument("--readers", default="compiled,loader,reference,lerobot",
+                   help="compiled = DataLoader(CompiledDataset), loader = roboreel.loader (decode threads in the main "
+                        "process), reference, lerobot = LeRobotDataset")
+    p.add_argument("--decode-threads", type=int, default=None,
+                   help="the loader reader's decode threads (default: the available cores)")
+    p.add_argument("--lerobot-python", default=None, metavar="PYTHON",
+                   help="run the lerobot reader in this interpreter (LeRobot's own venv, e.g. "
+                        "/work/venvs/lerobot/bin/python)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--prefetch", type=int, default=2)
@@ -36,7 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run the compile benchmark (roboreel vs the ffmpeg CLI, alternated; throughput and PSNR) on "
                         "--source, or without one on a synthetic dataset of --episodes x --cameras at "
                         "--height x --width (made under --out, reused)")
-    p.add_argument("--cameras", type=int, default=3, help="with --prepare or a synthetic --compile dataset")
     p.add_argument("--compile-workers", default="1,2", help="worker counts to compare (comma-separated)")
     p.add_argument("--compile-repeats", type=int, default=2, help="alternations per worker count")
     p.add_argument("--compile-unit", choices=["clip", "file"], default="clip",
@@ -66,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         return _scale(args, out)
     if args.prepare:
         spec = DataSpec(episodes=args.episodes, height=args.height, width=args.width, min_length=args.min_length,
-                        max_length=args.max_length, cameras=args.cameras)
+                        max_length=args.max_length, cameras=args.cameras, fps=args.fps)
         src, comp = prepare(Path(args.prepare), spec)
         compiled, source = str(comp), str(src)
         compiled = args.compiled or compiled
@@ -96,10 +104,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_dataloading:
         cfg = RunConfig(batch_size=args.batch_size, num_workers=args.num_workers, prefetch=args.prefetch,
                         pool_size=args.pool_size, decode_device=args.decode_device, warmup_batches=args.warmup,
-                        batches=args.batches, seconds=args.seconds, uint8=args.uint8)
+                        batches=args.batches, seconds=args.seconds, uint8=args.uint8,
+                        decode_threads=args.decode_threads)
         run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
                   cfg=cfg, repeats=args.repeats, out=out, remote_latency_ms=args.remote_latency_ms,
-                  ceiling=not args.no_ceiling)
+                  ceiling=not args.no_ceiling, lerobot_python=args.lerobot_python)
     if args.compile:
         from roboreel.bench.compile_bench import CompileBenchConfig, compile_benchmark, markdown
 

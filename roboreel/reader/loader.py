@@ -1,19 +1,22 @@
-"""``roboreel.loader``: a DataLoader whose batches arrive decoded on the dataset's ``decode_device``.
+"""``roboreel.loader``: the way to train. Decoded pixels never cross a process boundary.
 
-CUDA cannot be initialised in forked DataLoader workers, and a GPU has a handful of NVDEC engines, so GPU decode
-cannot happen where CPU decode does (in every worker). Here the workers do everything but decode: read shards,
-pool episodes, pick frames, window, collate tabular values (``CompiledDataset.iter_pending`` +
-``deferred.collate_pending``); the main process runs one decode stage on a background thread that turns each
-collated ``PendingBatch`` into the final batch with torchcodec decoders on the device (``deferred.assemble``).
+At real camera sizes (480x640) a DataLoader moving decoded uint8 frames from worker processes to the trainer
+spends as much as decoding them, and CUDA cannot be used in forked workers at all. So the work is split:
+- DataLoader workers (processes) do everything but decode: read shards, pool episodes, pick frames, window,
+  collate tabular values (``CompiledDataset.iter_pending`` + ``deferred.collate_pending``). What crosses to this
+  process is small: a clip's compressed bytes once, then frame requests.
+- This process runs the decode stage on a background thread: it feeds a pool of decode threads (stage.py;
+  default one per available core; torchcodec releases the GIL) that write frames straight into one preallocated
+  uint8 tensor per camera and batch (pinned when the batch goes to CUDA), and finishes batches in the
+  DataLoader's order: moved to the device as uint8, divided by 255 there unless ``return_uint8``.
 
-The thread decodes on its own CUDA stream, waits for it, and puts the batch on a queue of ``prefetch_batches``;
-the training loop takes batches from the queue, so decoding the next batches overlaps the current step. The
-consumer marks each tensor as used on its current stream (``record_stream``), so the caching allocator cannot
-hand the memory back to the decode stream while the step still reads it. Decoded batches on the device are
-bounded: ``prefetch_batches`` queued, one being built, one held by the loop.
+With ``decode_device="cuda"`` the pool decodes on NVDEC on its own CUDA stream, and the thread waits for that
+stream before handing a batch over; the consumer marks each tensor as used on its current stream
+(``record_stream``), so the caching allocator cannot hand the memory back to the decode stream while the step
+still reads it. Batches ready ahead are bounded: ``prefetch_batches`` queued, ``inflight_batches`` being
+decoded, one held by the loop.
 
-With ``decode_device="cpu"`` the same stage decodes on the CPU (useful to test, or to keep decoding out of the
-workers); the batches equal ``DataLoader(CompiledDataset(...))``'s exactly.
+Batches equal ``DataLoader(CompiledDataset(...))``'s exactly on the CPU (same order, values, resume state).
 """
 
 from __future__ import annotations
@@ -23,19 +26,21 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from roboreel.reader.dataset import CompiledDataset
-from roboreel.reader.deferred import ClipStore, PendingBatch, assemble, collate_pending
+from roboreel.reader.deferred import PendingBatch, collate_pending
 from roboreel.reader.gpu import DEFAULT_MAX_GPU_DECODERS, DeviceDecoders
 from roboreel.reader.heap import pin_mmap_threshold
 from roboreel.reader.prefetch import Prefetcher
 from roboreel.reader.resume import worker_batches
 from roboreel.reader.routing import Router
+from roboreel.reader.stage import BatchJob, DecodePool, default_decode_threads
 from roboreel.reader.stats import Flusher
 
 logger = logging.getLogger(__name__)
@@ -68,9 +73,14 @@ class DeviceLoader:
     """Batches of ``dataset`` decoded on ``dataset.decode_device`` in the main process (see the module doc).
 
     Args:
-        dataset: a ``CompiledDataset``; its ``decode_device`` ("cpu", "cuda", "cuda:N") is where batches land.
+        dataset: a ``CompiledDataset``; its ``decode_device`` ("cpu", "cuda", "cuda:N") is where frames decode.
+        device: where batches land (default: the decode device). ``decode_device="cpu"`` with ``device="cuda"``
+            decodes on the CPU and sends uint8 frames to the GPU (pinned, 4x fewer bytes than float32), where they
+            become float32: for GPUs without NVDEC for the codec (AV1 on A100/H100), or to keep NVDEC free.
         batch_size, num_workers: as ``torch.utils.data.DataLoader``.
         prefetch_batches: decoded batches kept ready ahead of the training loop (GPU memory scales with it).
+        decode_threads: decode threads in this process (default: the cores it may use, ``os.sched_getaffinity``).
+        inflight_batches: batches decoded at once (threads move on to the next batch while one clip finishes).
         max_gpu_decoders: open GPU decoders (NVDEC sessions) at most; least recently used closed beyond it.
         **dataloader_kwargs: passed to the DataLoader (``prefetch_factor``, ``persistent_workers``,
             ``pin_memory``, ``drop_last``, ``multiprocessing_context``, ...); not ``collate_fn``/samplers.
@@ -86,13 +96,19 @@ class DeviceLoader:
         batch_size: int,
         num_workers: int = 0,
         prefetch_batches: int = 2,
+        decode_threads: int | None = None,
+        inflight_batches: int = 2,
         max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS,
+        device: str | torch.device | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
         if not isinstance(dataset, CompiledDataset):
             raise ValueError(f"dataset must be a roboreel CompiledDataset, got {type(dataset).__name__}")
+        if decode_threads is None:
+            decode_threads = default_decode_threads()
         for name, value, low in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
-                                 ("prefetch_batches", prefetch_batches, 1), ("max_gpu_decoders", max_gpu_decoders, 1)):
+                                 ("prefetch_batches", prefetch_batches, 1), ("max_gpu_decoders", max_gpu_decoders, 1),
+                                 ("decode_threads", decode_threads, 1), ("inflight_batches", inflight_batches, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         refused = sorted(k for k in dataloader_kwargs if k in _REFUSED)
@@ -104,6 +120,11 @@ class DeviceLoader:
                              "in order")
         self.dataset = dataset
         self.prefetch_batches, self.max_gpu_decoders = prefetch_batches, max_gpu_decoders
+        self.decode_threads, self.inflight_batches = decode_threads, inflight_batches
+        self.device = None if device is None else torch.device(device)
+        if self.device is not None and dataset.decode_device != "cpu" and self.device.type != "cuda":
+            raise ValueError(f"device={str(self.device)!r}: a dataset decoding on {dataset.decode_device} delivers "
+                             "batches on that GPU (leave device unset)")
         self.dataloader = DataLoader(_PendingStream(dataset), batch_size=batch_size, num_workers=num_workers,
                                      collate_fn=collate_pending, **dataloader_kwargs)
         self.last_batch_seconds: float | None = None
@@ -121,9 +142,13 @@ class DeviceLoader:
         epoch = self.dataset.epoch
         resume, self._resume = self._resume, None
         self._batches = resume[1] if resume is not None and resume[0] == epoch else 0
-        device, capability = _device_info(self.dataset.decode_device)
+        decode, capability = _device_info(self.dataset.decode_device)
+        device = decode if self.device is None else _device_info(str(self.device))[0]
+        if decode.type == "cuda" and device != decode:
+            raise ValueError(f"device={str(device)!r} but the dataset decodes on {decode}: batches land where they "
+                             "decode on a GPU (leave device unset)")
         source = iter(self.dataloader)  # workers start here, in the caller's thread
-        stage = _Stage(self, source, device, capability)
+        stage = _Stage(self, source, device, decode, capability)
         live = _LoaderIter(self, Prefetcher(stage.run, self.prefetch_batches, name="roboreel-decode"), device)
         self._live, self._stage = weakref.ref(live), stage
         return live
@@ -173,15 +198,16 @@ class DeviceLoader:
 
 
 def loader(dataset: CompiledDataset, *, batch_size: int, num_workers: int = 0, prefetch_batches: int = 2,
-           **dataloader_kwargs: Any) -> DeviceLoader:
-    """Batches of ``dataset`` decoded on its ``decode_device`` in the main process: ``DeviceLoader(...)``."""
+           decode_threads: int | None = None, **dataloader_kwargs: Any) -> DeviceLoader:
+    """Batches of ``dataset`` decoded by a pool of threads in this process: ``DeviceLoader(...)``. The way to
+    train: decoded pixels never cross a process boundary (docs/reader.md)."""
     return DeviceLoader(dataset, batch_size=batch_size, num_workers=num_workers, prefetch_batches=prefetch_batches,
-                        **dataloader_kwargs)
+                        decode_threads=decode_threads, **dataloader_kwargs)
 
 
 def _device_info(decode_device: str) -> tuple[torch.device, tuple[int, int] | None]:
     """The exact device ("cuda" -> "cuda:<current>") and its compute capability (None on the CPU)."""
-    if decode_device == "cpu":
+    if torch.device(decode_device).type == "cpu":
         return torch.device("cpu"), None
     device = torch.device(decode_device)
     if device.index is None:
@@ -190,11 +216,17 @@ def _device_info(decode_device: str) -> tuple[torch.device, tuple[int, int] | No
 
 
 class _Stage:
-    """The decode stage: runs on the Prefetcher's thread, one PendingBatch in, one device batch out."""
+    """The decode stage: runs on the Prefetcher's thread, feeding the decode pool (stage.py) and finishing batches.
+
+    Up to ``inflight`` batches are decoded at once (a clip's tasks stay in order, different clips run in
+    parallel, also across batches); batches leave in the DataLoader's order. Finishing a batch moves its uint8
+    tensors to the device (pinned -> asynchronous copy) and, unless ``return_uint8``, divides by 255 there.
+    """
 
     def __init__(self, owner: DeviceLoader, source: Iterator[PendingBatch], device: torch.device,
-                 capability: tuple[int, int] | None) -> None:
+                 decode: torch.device, capability: tuple[int, int] | None) -> None:
         self.owner, self.source, self.device, self.capability = owner, source, device, capability
+        self.decode = decode  # where frames decode (the router's device); ``device``: where batches land
         self.done = threading.Event()  # set once the stage let go of the DataLoader iterator
 
     def run(self) -> Iterator[tuple[dict[str, Any], float]]:
@@ -207,38 +239,87 @@ class _Stage:
     def _run(self) -> Iterator[tuple[dict[str, Any], float]]:
         ds, owner = self.owner.dataset, self.owner
         cameras = {c.key: c for c in ds.manifest.cameras}
-        router = Router(str(self.device), cameras=cameras, capability=self.capability)
-        decoders = DeviceDecoders(router, keep=ds.keep_frames, max_gpu_decoders=owner.max_gpu_decoders)
-        store = ClipStore()
-        flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
+        router = Router(str(self.decode), cameras=cameras, capability=self.capability)
         stream = None
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             stream = torch.cuda.Stream(self.device)
+        staging = {cam: torch.device(router.camera_device(cam)) for cam in cameras}
+
+        def make() -> DeviceDecoders:  # one per live clip: its decoders (GPU, CPU fallback) and their state
+            return DeviceDecoders(router, keep=ds.keep_frames, max_gpu_decoders=owner.max_gpu_decoders)
+        pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
+                          pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
+                          max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,
+                          channels_last=stream is not None,  # the GPU transposes (stage.py, "Layout")
+                          dtype=torch.float32 if stream is None and not ds.return_uint8 else torch.uint8)
+        flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
 
         def flush() -> None:
-            d = decoders.stats
+            d = pool.stats
             flusher.flush({"decode_seconds": d.decode_seconds, "decoder_opens": d.decoder_opens,
                            "decoder_reuses": d.decoder_reuses, "decode_calls": d.decode_calls,
                            "frames_decoded": d.frames_decoded, "fallback_clips": router.fallback_clips})
             owner._routes = {"clips_by_device": dict(router.clips), "fallbacks": dict(router.fallbacks)}
 
+        inflight: deque[BatchJob] = deque()
+
+        def finish() -> tuple[dict[str, Any], float]:
+            job = inflight.popleft()
+            t0 = time.perf_counter()
+            job.wait()
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                batch = finish_batch(job, device=self.device, return_uint8=ds.return_uint8,
+                                     image_transforms=ds.image_transforms)
+            if stream is not None:
+                stream.synchronize()  # blocks this thread only; the batch is complete when handed over
+            now = time.perf_counter()
+            owner._totals["stage_seconds"] += now - t0
+            flush()
+            return batch, job.pending.produce_seconds + (now - job.submitted_at)
+
         try:
             for pending in self.source:
+                while inflight and inflight[0].done():  # hand over what is ready before waiting on workers
+                    yield finish()
                 t0 = time.perf_counter()
-                with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                    batch = assemble(pending, decoders, store, device=self.device, tolerance_s=ds.tolerance_s,
-                                     return_uint8=ds.return_uint8, image_transforms=ds.image_transforms)
-                if stream is not None:
-                    stream.synchronize()  # blocks this thread only; the batch is complete when handed over
-                dt = time.perf_counter() - t0
-                owner._totals["stage_seconds"] += dt
-                flush()
-                yield batch, pending.produce_seconds + dt
+                inflight.append(pool.submit(pending))
+                owner._totals["stage_seconds"] += time.perf_counter() - t0
+                while len(inflight) > owner.inflight_batches:
+                    yield finish()
+            while inflight:
+                yield finish()
         finally:
-            decoders.close()
-            store.clear()
+            pool.close()
             flush()
+
+
+def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
+                 image_transforms: Callable[[torch.Tensor], torch.Tensor] | None) -> dict[str, Any]:
+    """The collated batch of a decoded job, on ``device``: the CPU path's keys, order, shapes, dtypes and values.
+
+    uint8 is the wire format: the pixels cross to the device as uint8 and become float32 there, in one
+    ``x / 255.0`` (the CPU path's arithmetic, so values are bit-identical on the CPU), which also makes channels-last
+    staged frames contiguous [.., C, H, W]."""
+    pending = job.pending
+    out: dict[str, Any] = {}
+    for cam, plan in pending.cameras.items():
+        x = job.frames[cam].to(device, non_blocking=True)
+        if job.channels_last:
+            x = x.permute(0, 3, 1, 2)  # a view; made contiguous by the division or the copy below
+        if not return_uint8 and x.dtype == torch.uint8:
+            y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+            x = torch.div(x, 255.0, out=y)  # uint8 / Python float -> float32, one pass, where the batch lands
+        elif job.channels_last:
+            x = x.contiguous()
+        if plan.stacked:
+            x = x.view(pending.size, plan.window, *x.shape[1:])
+        if image_transforms is not None:
+            x = torch.stack([image_transforms(s) for s in x])
+        out[cam] = x
+    for key, v in pending.values.items():
+        out[key] = v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+    return out
 
 
 class _LoaderIter:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections import Counter
 from collections.abc import Mapping
 from typing import Literal
@@ -137,45 +138,56 @@ class Router:
         self._warned: set[tuple[str, str | None]] = set()
         self.clips: Counter[str] = Counter()  # clips routed, by device ("cpu" / "cuda:N")
         self.fallbacks: Counter[str] = Counter()  # fallback clips, by kind
+        self._lock = threading.RLock()  # the decode pool's threads route clips concurrently (reader/stage.py)
 
     def device_for(self, key: tuple, camera: str) -> str:
         """The device that decodes clip ``key`` (shard, episode, camera) of ``camera``."""
-        dev = self._clips.get(key)
-        if dev is not None:
+        with self._lock:
+            dev = self._clips.get(key)
+            if dev is not None:
+                return dev
+            dev, kind, reason = self._camera_route(camera)
+            if kind is not None:
+                self._fallback(kind, camera, reason)
+            self._clips[key] = dev
+            self.clips[dev] += 1
             return dev
-        dev, kind, reason = self._camera_route(camera)
-        if kind is not None:
-            self._fallback(kind, camera, reason)
-        self._clips[key] = dev
-        self.clips[dev] += 1
-        return dev
 
     def failed(self, key: tuple, camera: str, error: BaseException) -> None:
         """A GPU decode of clip ``key`` raised: decode it on the CPU from now on (and say why, once)."""
-        text = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-        if "Unsupported device" in text:
-            self.torchcodec_cuda = (False, f"torchcodec cannot decode on {self.device}: {text}")
-            self._by_camera.clear()
-            self._fallback("torchcodec-no-cuda", None, self.torchcodec_cuda[1])
-        else:
-            self._fallback("gpu-error", camera, f"GPU decode failed ({type(error).__name__}: {text})")
-        was = self._clips.get(key, "cpu")
-        if was != "cpu":
-            self.clips[was] -= 1
-            if not self.clips[was]:
-                del self.clips[was]
-            self.clips["cpu"] += 1
-        self._clips[key] = "cpu"
+        with self._lock:
+            text = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            if "Unsupported device" in text:
+                self.torchcodec_cuda = (False, f"torchcodec cannot decode on {self.device}: {text}")
+                self._by_camera.clear()
+                self._fallback("torchcodec-no-cuda", None, self.torchcodec_cuda[1])
+            else:
+                self._fallback("gpu-error", camera, f"GPU decode failed ({type(error).__name__}: {text})")
+            was = self._clips.get(key, "cpu")
+            if was != "cpu":
+                self.clips[was] -= 1
+                if not self.clips[was]:
+                    del self.clips[was]
+                self.clips["cpu"] += 1
+            self._clips[key] = "cpu"
 
     def cpu_fallback_seen(self, key: tuple, camera: str, status: str) -> None:
         """torchcodec opened a GPU decoder but decodes on the CPU itself (``VideoDecoder.cpu_fallback``)."""
-        if key not in self._silent:
-            self._silent.add(key)
-            self._fallback("torchcodec-fallback", camera, f"torchcodec decodes it on the CPU and uploads: {status}")
+        with self._lock:
+            if key not in self._silent:
+                self._silent.add(key)
+                self._fallback("torchcodec-fallback", camera,
+                               f"torchcodec decodes it on the CPU and uploads: {status}")
 
     def release(self, key: tuple) -> None:
-        self._clips.pop(key, None)
-        self._silent.discard(key)
+        with self._lock:
+            self._clips.pop(key, None)
+            self._silent.discard(key)
+
+    def camera_device(self, camera: str) -> str:
+        """Where ``camera``'s clips decode unless one fails (the static route; nothing is counted or logged)."""
+        with self._lock:
+            return self._camera_route(camera)[0]
 
     def _camera_route(self, camera: str) -> tuple[str, FallbackKind | None, str]:
         route = self._by_camera.get(camera)

@@ -1,0 +1,266 @@
+"""The decode stage's thread pool: compressed ``PendingBatch`` in, one preallocated uint8 batch tensor per camera out.
+
+Why threads in the training process: at real camera sizes (480x640) moving decoded pixels from DataLoader workers
+to the trainer costs as much as decoding them, and torchcodec releases the GIL while it decodes, so decode
+threads scale inside one process. Here the workers ship clip bytes once and frame requests (deferred.py); this
+pool decodes.
+
+How a batch is decoded:
+- one task per clip of the batch: its frames in one sorted ``get_frames_at`` call per decoder lane (the clip's
+  ``ClipDecoders``: decoders reused while the clip is pooled, window lanes, kept window frames), pts checked, and
+  every frame copied into its slots of the camera's batch tensor ``[B * T, C, H, W]`` (allocated once per batch,
+  pinned when the batch goes to CUDA, so the copy to the GPU is one asynchronous transfer of uint8);
+- a clip's tasks run one at a time and in batch order (its decoder is stateful and moves forward), chained with
+  futures rather than blocking a thread; tasks of different clips, also of the next batches, run in parallel;
+- a released clip's decoders are closed by a task on the same chain, after its last decode.
+
+Frames decoded on the CPU are copied with numpy (single-threaded, GIL released) rather than ``Tensor.copy_``,
+whose intra-op OpenMP team would start per calling thread and oversubscribe the cores.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
+from roboreel.formats.manifest import CameraSpec
+from roboreel.reader.decode import Clip, DecodeStats
+from roboreel.reader.deferred import ClipKey, ClipStore, PendingBatch
+
+_255 = np.float32(255.0)
+_STAT_FIELDS = ("decode_seconds", "decoder_opens", "decoder_reuses", "decode_calls", "frames_decoded")
+
+
+def default_decode_threads() -> int:
+    """The cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` where it does not exist)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class BatchJob:
+    """One batch being decoded: its uint8 camera tensors (filled by the pool's tasks) and the tasks."""
+
+    pending: PendingBatch
+    frames: dict[str, torch.Tensor]  # camera -> uint8 [B * T, C, H, W] (or [B * T, H, W, C]), staging device
+    channels_last: bool = False
+    futures: list[Future] = field(default_factory=list)
+    submitted_at: float = field(default_factory=time.perf_counter)
+
+    def done(self) -> bool:
+        return all(f.done() for f in self.futures)
+
+    def wait(self) -> None:
+        """Block until every task finished; re-raise the first error (a bad clip names its file and episode)."""
+        for f in self.futures:
+            f.result()
+
+
+class DecodePool:
+    """Decode threads shared by every batch of one iteration (see the module doc).
+
+    Args:
+        threads: decode threads (``default_decode_threads()``: the available cores).
+        make_decoders: a clip's decoders (``ClipDecoders`` or ``DeviceDecoders``); one per live clip, so no two
+            threads ever share a decoder or its bookkeeping.
+        cameras: the manifest's cameras (frame size of each camera's batch tensor).
+        staging: camera -> device its batch tensor lives on while decoding ("cpu", or "cuda:N" for NVDEC).
+        pin: allocate CPU batch tensors in pinned memory (the batch goes to CUDA).
+        tolerance_s: max distance between a frame's pts and the timestamp it must show.
+        max_open_clips: live clips with open decoders at most; the least recently used idle one is closed beyond
+            (its decoder reopens on next use, at the cost of a seek).
+        channels_last: stage frames as [B * T, H, W, C] (see below); ``finish_batch`` makes them [.., C, H, W].
+        dtype: ``torch.float32`` when the batch stays on the CPU and is wanted in float32: each thread writes
+            ``frame / 255`` (numpy, float32: the same correctly rounded division as torch's ``x / 255.0``)
+            straight into the float32 batch, fusing the transposing copy and the conversion into one pass, with
+            no intra-op OpenMP team competing for the cores.
+
+    Layout: torchcodec returns frames as channels-last memory seen through a [C, H, W] view. Copying one into a
+    contiguous [C, H, W] slot is a transposing copy, ~1 ms per 480x640 frame here, as much as decoding it; copying
+    it into a [H, W, C] slot is a plain memcpy (~0.25 ms). When the batch goes to a GPU the transposition is
+    left to the GPU (free there, fused with the division by 255); on the CPU it is done here, in parallel threads,
+    because the batch must be contiguous [.., C, H, W] like ``DataLoader(CompiledDataset)``'s.
+    """
+
+    def __init__(self, *, threads: int, make_decoders: Callable[[], Any], cameras: dict[str, CameraSpec],
+                 staging: dict[str, torch.device], pin: bool, tolerance_s: float, max_open_clips: int = 4096,
+                 stream: Any = None, channels_last: bool = False, dtype: torch.dtype = torch.uint8) -> None:
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise ValueError(f"decode_threads must be an integer >= 1, got {threads!r}")
+        self.threads, self.make_decoders, self.cameras = threads, make_decoders, cameras
+        self.staging, self.pin, self.tolerance_s = staging, pin, tolerance_s
+        self.max_open_clips, self.stream, self.channels_last = max_open_clips, stream, channels_last
+        if dtype not in (torch.uint8, torch.float32) or (dtype == torch.float32 and (channels_last or pin)):
+            raise ValueError(f"dtype {dtype} with channels_last={channels_last}, pin={pin}: float32 batches are made "
+                             "by the threads only when the batch stays on the CPU")
+        self.dtype = dtype
+        self.store = ClipStore()
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="roboreel-decode-pool")
+        self._slots: OrderedDict[ClipKey, Any] = OrderedDict()  # live clip -> its decoders (LRU order)
+        self._tails: dict[ClipKey, Future] = {}  # the last task submitted for each clip
+        self._closed_stats = DecodeStats()  # counters of decoders already closed
+        self._lock = threading.Lock()
+        self._closing = False
+
+    # -- submitting --------------------------------------------------------------------------------------
+    def submit(self, pending: PendingBatch) -> BatchJob:
+        """Start decoding ``pending``; the job's tensors are complete once ``job.wait()`` returns."""
+        self.store.admit(pending.clips)
+        frames = {cam: self._alloc(cam, pending.size * plan.window) for cam, plan in pending.cameras.items()}
+        targets: dict[ClipKey, list[tuple[torch.Tensor, int, int]]] = {}
+        for cam, plan in pending.cameras.items():
+            out = frames[cam]
+            for slot, (key, f) in enumerate(plan.refs):
+                targets.setdefault(key, []).append((out, slot, f))
+        job = BatchJob(pending, frames, channels_last=self.channels_last)
+        for key, (queried, lanes) in pending.wanted.items():
+            clip = self.store.get(key)
+            decoders = self._slot(key)
+            job.futures.append(self._chain(key, self._decode_task, decoders, clip, lanes, queried, targets[key]))
+        for key in pending.release:
+            clip = self.store.release(key) or Clip.stub(key)
+            decoders = self._slots.pop(key, None)
+            if decoders is not None:
+                self._chain(key, self._release_task, decoders, clip)
+            self._tails.pop(key, None)
+        self._bound_open_clips()
+        return job
+
+    def _alloc(self, camera: str, n: int) -> torch.Tensor:
+        spec = self.cameras[camera]
+        device = self.staging.get(camera, torch.device("cpu"))
+        pin = self.pin and device.type == "cpu"
+        shape = (n, spec.height, spec.width, 3) if self.channels_last else (n, 3, spec.height, spec.width)
+        return torch.empty(shape, dtype=self.dtype, device=device, pin_memory=pin)
+
+    def _slot(self, key: ClipKey) -> Any:
+        decoders = self._slots.get(key)
+        if decoders is None:
+            decoders = self._slots[key] = self.make_decoders()
+        else:
+            self._slots.move_to_end(key)
+        return decoders
+
+    def _chain(self, key: ClipKey, fn: Callable[..., Any], *args: Any) -> Future:
+        """Run ``fn(*args)`` on the pool after the clip's previous task (without holding a thread to wait)."""
+        prev = self._tails.get(key)
+        out: Future = Future()
+
+        def start(_: Any = None) -> None:
+            if self._closing:  # the iteration was closed while the clip waited: nothing more to decode
+                out.cancel()
+                return
+            try:
+                inner = self._executor.submit(self._unless_closing, fn, *args)
+            except RuntimeError:  # the pool shut down in between
+                out.cancel()
+                return
+            inner.add_done_callback(lambda f: _forward(f, out))
+
+        if prev is None or prev.done():
+            start()
+        else:
+            prev.add_done_callback(start)
+        self._tails[key] = out
+        return out
+
+    def _unless_closing(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return None if self._closing else fn(*args)
+
+    def _bound_open_clips(self) -> None:
+        excess = len(self._slots) - self.max_open_clips
+        for key in list(self._slots)[:max(0, excess)]:  # least recently used first; idle ones only
+            tail = self._tails.get(key)
+            if tail is None or tail.done():
+                decoders = self._slots.pop(key)
+                self._chain(key, self._release_task, decoders, Clip.stub(key))
+
+    # -- tasks (pool threads) ----------------------------------------------------------------------------
+    def _decode_task(self, decoders: Any, clip: Clip, lanes: dict[int, int], queried: dict[int, float],
+                     targets: list[tuple[torch.Tensor, int, int]]) -> None:
+        if self.stream is not None:
+            with torch.cuda.stream(self.stream):
+                self._decode(decoders, clip, lanes, queried, targets)
+        else:
+            self._decode(decoders, clip, lanes, queried, targets)
+
+    def _decode(self, decoders: Any, clip: Clip, lanes: dict[int, int], queried: dict[int, float],
+                targets: list[tuple[torch.Tensor, int, int]]) -> None:
+        got = decoders.frames(clip, lanes)
+        for f, (_, pts) in got.items():
+            if not abs(pts - queried[f]) < self.tolerance_s:
+                raise FrameTimestampError(video=clip.name, episode=clip.episode, queried_s=queried[f], loaded_s=pts,
+                                          tolerance_s=self.tolerance_s)
+        arrays: dict[int, Any] = {}  # numpy views of CPU frames, made once per frame
+        for out, slot, f in targets:
+            frame = got[f][0]
+            if self.channels_last:
+                frame = frame.permute(1, 2, 0)  # [H, W, C]: the decoder's own memory order (see the class doc)
+            if frame.shape != out.shape[1:]:
+                raise CompiledFormatError(f"{clip.name}: decoded frames are {tuple(frame.shape)}, the manifest says "
+                                          f"{tuple(out.shape[1:])} for camera {clip.camera!r}", file=clip.shard,
+                                          episode=clip.episode)
+            if out.device.type == "cpu" and frame.device.type == "cpu":
+                a = arrays.get(f)
+                if a is None:
+                    a = arrays[f] = frame.numpy()
+                if out.dtype == torch.uint8:
+                    out.numpy()[slot] = a  # numpy: one thread, GIL released (see the module doc)
+                else:
+                    np.divide(a, _255, out=out.numpy()[slot])  # float32, as torch's uint8 / 255.0
+            else:
+                out[slot].copy_(frame, non_blocking=True)
+
+    def _release_task(self, decoders: Any, clip: Clip) -> None:
+        stats = decoders.stats
+        decoders.release(clip)
+        decoders.close()
+        with self._lock:
+            for name in _STAT_FIELDS:
+                setattr(self._closed_stats, name, getattr(self._closed_stats, name) + getattr(stats, name))
+
+    # -- observability and shutdown ----------------------------------------------------------------------
+    @property
+    def stats(self) -> DecodeStats:
+        """Counters of every decoder so far (live ones read while they may be decoding: approximate)."""
+        with self._lock:
+            out = DecodeStats(**{n: getattr(self._closed_stats, n) for n in _STAT_FIELDS})
+        for decoders in list(self._slots.values()):
+            s = decoders.stats
+            for n in _STAT_FIELDS:
+                setattr(out, n, getattr(out, n) + getattr(s, n))
+        return out
+
+    def close(self) -> None:
+        """Wait for running tasks (they hold decoders), skip queued ones, close every decoder.
+
+        Not ``shutdown(cancel_futures=True)``: cancelling runs the chain's callbacks inside ``shutdown``, under the
+        executor's lock, and a callback submitting the clip's next task would wait for that lock forever."""
+        self._closing = True
+        self._executor.shutdown(wait=True)
+        for decoders in self._slots.values():
+            decoders.close()
+        self._slots.clear()
+        self._tails.clear()
+        self.store.clear()
+
+
+def _forward(src: Future, dst: Future) -> None:
+    if src.cancelled():
+        dst.cancel()
+    elif src.exception() is not None:
+        dst.set_exception(src.exception())
+    else:
+        dst.set_result(src.result())

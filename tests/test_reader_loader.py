@@ -1,0 +1,187 @@
+"""``roboreel.loader``'s decode pool (reader/stage.py): threads in the training process decode into preallocated
+batch tensors, and the batches equal ``DataLoader(CompiledDataset(...))``'s exactly: order, values (frames
+identified by pixel codes, every tensor compared bit for bit), uint8 and float32, single frames and camera
+windows, 0 and 2 workers, resume mid-epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+
+import pytest
+import torch
+from support.datasets import codes, compiled_pair
+from support.resume import assert_same_batches
+from torch.utils.data import DataLoader
+
+import roboreel
+from roboreel.formats.errors import CompiledFormatError
+from roboreel.reader import CompiledDataset
+from roboreel.reader.deferred import collate_pending
+from roboreel.reader.gpu import DeviceDecoders
+from roboreel.reader.loader import _PendingStream, finish_batch
+from roboreel.reader.routing import Router
+from roboreel.reader.stage import DecodePool, default_decode_threads
+
+pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
+CAMERAS = ["observation.images.top", "observation.images.wrist"]
+WINDOWS = {"action": [-0.1, 0.0, 0.2], "observation.images.top": [-0.1, -0.05, 0.0],
+           "observation.images.wrist": [0.0, 0.05]}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """SMALL (64x64, 8 episodes of 12-30 frames, 2 cameras), 2 episodes per shard."""
+    return compiled_pair(tmp_path_factory, episodes_per_shard=2)[1]
+
+
+def _make(path, *, epoch=1, **kw):
+    def make():
+        ds = CompiledDataset(str(path), episode_pool_size=3, seed=7, **kw)
+        ds.set_epoch(epoch)
+        return ds
+
+    return make
+
+
+def _assert_same_frames(got, want):
+    """Beyond bit equality: the frames are the right ones (pixel codes: index, episode, camera)."""
+    for g, w in zip(got, want, strict=True):
+        for cam in CAMERAS:
+            x = g[cam] if g[cam].dtype == torch.uint8 else (g[cam] * 255).round().to(torch.uint8)
+            y = w[cam] if w[cam].dtype == torch.uint8 else (w[cam] * 255).round().to(torch.uint8)
+            assert [codes(a) for a in x] == [codes(b) for b in y]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])
+@pytest.mark.parametrize("windows", [None, WINDOWS], ids=["single", "windows"])
+def test_pool_batches_equal_the_dataloader_batches(compiled, num_workers, uint8, windows):
+    make = _make(compiled, return_uint8=uint8, delta_timestamps=windows)
+    want = list(DataLoader(make(), batch_size=5, num_workers=num_workers))
+    got = list(roboreel.loader(make(), batch_size=5, num_workers=num_workers, decode_threads=3, inflight_batches=3))
+    assert_same_batches(got, want)
+    _assert_same_frames(got, want)
+    top = got[0]["observation.images.top"]
+    assert top.dtype == (torch.uint8 if uint8 else torch.float32)
+    assert top.shape == ((5, 3, 3, 64, 64) if windows else (5, 3, 64, 64))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])
+def test_pool_resume_mid_epoch_equals_an_uninterrupted_dataloader_run(compiled, num_workers, uint8):
+    make = _make(compiled, return_uint8=uint8, delta_timestamps=WINDOWS)
+    plain = DataLoader(make(), batch_size=4, num_workers=num_workers)
+    full = list(plain)
+    k = 3
+    dl = roboreel.loader(make(), batch_size=4, num_workers=num_workers, decode_threads=2, prefetch_batches=3)
+    it = iter(dl)
+    first = [next(it) for _ in range(k)]
+    state = json.loads(json.dumps(dl.state_dict()))
+    ds_state = make()
+    assert state == {**ds_state.state_dict(batches=k, loader=plain), "stream": state["stream"]}  # the same state
+    del it  # batches decoded ahead but not returned must not be skipped
+    dl.close()
+    dl2 = roboreel.loader(make(), batch_size=4, num_workers=num_workers, decode_threads=2)
+    dl2.load_state_dict(state)
+    rest = list(dl2)
+    assert_same_batches(first + rest, full)
+    _assert_same_frames(first + rest, full)
+    # and the plain DataLoader resumes from the loader's state to the same batches
+    ds = make()
+    ds.load_state_dict(state)
+    assert_same_batches(list(DataLoader(ds, batch_size=4, num_workers=num_workers)), rest)
+
+
+def test_each_clip_is_opened_once_and_released(compiled):
+    """Decoders are reused per clip across batches: a clip (lane 0, single frames) is opened exactly once per
+    worker stream, however many batches read it, and closed when its episode leaves the pool."""
+    ds = _make(compiled)()
+    dl = roboreel.loader(ds, batch_size=3, decode_threads=4, inflight_batches=4)
+    batches = list(dl)
+    clips = {(int(e), cam) for b in batches for e in b["episode_index"] for cam in CAMERAS}
+    st = dl.stats()
+    assert st["decoder_opens"] == len(clips) == 8 * len(CAMERAS)
+    assert st["decoder_reuses"] > 0 and st["frames_decoded"] == st["samples"] * len(CAMERAS)
+
+
+def test_a_bad_clip_fails_its_batch_naming_the_clip(compiled):
+    ds = _make(compiled)()
+    pbs = list(DataLoader(_PendingStream(ds), batch_size=4, collate_fn=collate_pending))
+    key = next(iter(pbs[0].wanted))
+    clip = pbs[0].clips[key]
+    pbs[0].clips[key] = dataclasses.replace(clip, data=clip.data[:200])  # truncated mp4
+    cameras = {c.key: c for c in ds.manifest.cameras}
+    router = Router("cpu", cameras=cameras)
+    pool = DecodePool(threads=2, make_decoders=lambda: DeviceDecoders(router), cameras=cameras,
+                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.tolerance_s)
+    try:
+        job = pool.submit(pbs[0])
+        with pytest.raises(CompiledFormatError, match=rf"{clip.shard}.*episode {clip.episode}|{clip.name}"):
+            job.wait()
+    finally:
+        pool.close()
+
+
+def test_decode_threads_are_checked(compiled):
+    assert default_decode_threads() >= 1
+    ds = CompiledDataset(str(compiled))
+    with pytest.raises(ValueError, match="decode_threads must be an integer >= 1, got 0"):
+        roboreel.loader(ds, batch_size=2, decode_threads=0)
+    with pytest.raises(ValueError, match="inflight_batches must be an integer >= 1, got 0"):
+        roboreel.loader(ds, batch_size=2, inflight_batches=0)
+
+
+@pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])
+def test_channels_last_staging_gives_the_same_contiguous_batches(compiled, uint8):
+    """What the pool does when the batch goes to CUDA (frames staged [N, H, W, C], transposed where they land),
+    run on the CPU: same batches as the DataLoader, contiguous [B, (T,) C, H, W]."""
+    make = _make(compiled, return_uint8=uint8, delta_timestamps=WINDOWS)
+    want = list(DataLoader(make(), batch_size=5))
+    ds = make()
+    cameras = {c.key: c for c in ds.manifest.cameras}
+    router = Router("cpu", cameras=cameras)
+    pool = DecodePool(threads=2, make_decoders=lambda: DeviceDecoders(router, keep=ds.keep_frames), cameras=cameras,
+                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.tolerance_s,
+                      channels_last=True)
+    got = []
+    try:
+        for pb in DataLoader(_PendingStream(ds), batch_size=5, collate_fn=collate_pending):
+            job = pool.submit(pb)
+            assert job.frames[CAMERAS[0]].shape[1:] == (64, 64, 3)
+            job.wait()
+            got.append(finish_batch(job, device=torch.device("cpu"), return_uint8=uint8, image_transforms=None))
+    finally:
+        pool.close()
+    assert_same_batches(got, want)
+    _assert_same_frames(got, want)
+    assert all(b[c].is_contiguous() for b in got for c in CAMERAS)
+
+
+def test_device_defaults_to_the_decode_device(compiled):
+    make = _make(compiled, return_uint8=True)
+    want = list(roboreel.loader(make(), batch_size=4))
+    assert_same_batches(list(roboreel.loader(make(), batch_size=4, device="cpu")), want)
+
+
+def test_closing_with_chained_tasks_queued_returns(compiled):
+    """Closing while a clip's later tasks wait behind queued ones must not deadlock (it did with
+    ``shutdown(cancel_futures=True)``: cancelling ran the chain's callbacks under the executor's lock)."""
+    ds = _make(compiled)()
+    pbs = list(DataLoader(_PendingStream(ds), batch_size=3, collate_fn=collate_pending))
+    cameras = {c.key: c for c in ds.manifest.cameras}
+    router = Router("cpu", cameras=cameras)
+    pool = DecodePool(threads=1, make_decoders=lambda: DeviceDecoders(router), cameras=cameras,
+                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.tolerance_s)
+    gate = threading.Event()
+    pool._executor.submit(gate.wait)  # hold the only thread, so every task below queues (chained per clip)
+    for pb in pbs[:4]:
+        pool.submit(pb)
+    closer = threading.Thread(target=pool.close, daemon=True)
+    closer.start()
+    closer.join(0.5)  # close is now waiting for the held thread, with the queue full
+    gate.set()
+    closer.join(60)
+    assert not closer.is_alive()
