@@ -16,6 +16,7 @@ import ctypes
 import gc
 import io
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -50,6 +51,8 @@ def main() -> None:
     ap.add_argument("--decode", action="store_true", help="decode every third frame before closing")
     ap.add_argument("--trim", action="store_true", help="malloc_trim(0) after every close")
     ap.add_argument("--pin", action="store_true", help="pin glibc's mmap threshold at 128 KiB (reader/heap.py)")
+    ap.add_argument("--open-thread", action="store_true",
+                    help="create decoders on one dedicated thread (its own glibc arena); decode and close here")
     args = ap.parse_args()
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = _MallInfo2
@@ -63,6 +66,7 @@ def main() -> None:
         print(f"{label:>8}  rss {proc.memory_info().rss / 2**20:8.2f} MB  heap in use {m.uordblks / 2**20:7.2f} MB"
               f"  heap free {m.fordblks / 2**20:7.2f} MB  heap from the system {m.arena / 2**20:7.2f} MB", flush=True)
 
+    opener = ThreadPoolExecutor(1) if args.open_thread else None
     report("start")
     opens = 0
     for r in range(args.rounds):
@@ -73,7 +77,10 @@ def main() -> None:
                 src = torch.frombuffer(bytearray(clip), dtype=torch.uint8)
             else:
                 src = io.BytesIO(clip)
-            dec = VideoDecoder(src, seek_mode="approximate")
+            if opener is not None:
+                dec = opener.submit(VideoDecoder, src, seek_mode="approximate").result()
+            else:
+                dec = VideoDecoder(src, seek_mode="approximate")
             if args.decode:
                 dec.get_frames_at(list(range(0, dec.metadata.num_frames, 3)))
             del dec, src
