@@ -11,12 +11,14 @@ worker grew ~13 MB per epoch (491 -> 713 MB over 16 epochs); with the threshold 
 
 What the threshold cannot fix: a library that leaks a few small blocks on every call. torch 2.13's stable ABI
 (which torchcodec 0.13 is built on) leaks a ``std::string`` per ``str`` argument and per ``str`` result of a custom
-op (pytorch/pytorch#191340), about 0.9 KB per ``VideoDecoder`` opened, and the reader opens one per pooled clip.
-Scattered through the main arena, between the clip-sized blocks freed all epoch, each leaked block splits a free
-region and pins its page: RSS grew ~12 KB per decoder, not 0.9. ``in_side_arena`` runs such calls on one thread
-kept for the purpose, so glibc serves them from an arena of their own, where the leaked blocks pack densely
-(scripts/decoder_churn.py, 120 clips opened and decoded 30 times: from open 1,920 to 3,360, RSS +21 MB with
-the decoders opened on the main thread, +0.1 MB opened on the side thread).
+op (pytorch/pytorch#191340 for arguments), about 0.84 KB per ``VideoDecoder`` opened (heaptrack), and the reader
+opens one per pooled clip and lane. Scattered through the main arena, between the blocks freed all epoch, each
+leaked block splits a free region and pins its page: RSS grew ~12 KB per decoder opened, not 0.84.
+``in_side_arena`` runs the opens on one thread kept for the purpose, so glibc serves them from an arena of their
+own. Opening one decoder at a time (scripts/decoder_churn.py, 120 clips opened and decoded 30 times) the leaked
+blocks then pack densely: from open 1,920 to 3,360, RSS +21 MB opened on the main thread, +0.1 MB on the side
+thread. In the reader, where several decoders of different lifetimes are open at once, the side arena still
+fragments, but a worker's growth fell from ~0.35-0.5 to ~0.25 MB per epoch (docs/reliability.md).
 """
 
 from __future__ import annotations
