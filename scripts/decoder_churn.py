@@ -7,6 +7,7 @@ what a decoder leaves behind can be measured without the reader (docs/reliabilit
 training"). Run it under ``heaptrack`` to see the call stacks of what is never freed.
 
     python scripts/decoder_churn.py COMPILED_DIR --rounds 30 [--source bytes|tensor|file] [--decode] [--trim]
+        [--pin] [--open-thread]
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ class ClipDecoders:
             self._open.move_to_end(key)
             self.stats.decoder_reuses += 1
             return dec
-        if self.device == "cpu":  # opened aside, so torch's per-open leak does not fragment the heap (heap.py)
+        if self.device == "cpu":  # opened aside: torch's per-open leak then stays out of the main arena (heap.py)
             dec = in_side_arena(VideoDecoder, clip.data, seek_mode=self.seek_mode, device=self.device)
         else:
             dec = VideoDecoder(clip.data, seek_mode=self.seek_mode, device=self.device)

@@ -80,7 +80,8 @@ def in_side_arena(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
     """``fn(*args, **kwargs)`` on this process's side thread, whose allocations glibc serves from an arena of
     its own (a thread gets its own arena while fewer than ``M_ARENA_MAX`` exist: 8 per core by default, so not
     under ``MALLOC_ARENA_MAX=1``). For calls whose small leaked blocks would otherwise fragment the main arena;
-    what they return may be used and freed on any thread. Exceptions are re-raised here."""
+    what they return may be used and freed on any thread. Exceptions are re-raised here. ``fn`` must not call
+    ``in_side_arena`` itself (one thread: it would wait on itself)."""
     global _side
     if _side is None or _side[0] != os.getpid():  # first call, or a forked child: the parent's thread is gone
         _side = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="roboreel-side-arena"))
