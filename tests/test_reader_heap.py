@@ -55,3 +55,48 @@ def test_iterating_and_dataloader_workers_pin_it(small_compiled):
             yield heap._done_in == os.getpid()
 
     assert list(torch.utils.data.DataLoader(Pids(), batch_size=None, num_workers=2)) == [True, True]
+
+
+ARENA_PROBE = r"""
+import ctypes
+from roboreel.reader.heap import in_side_arena
+
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+
+def non_main_arena(p):  # glibc chunk header: the size word before the block carries NON_MAIN_ARENA (0x4)
+    return bool(ctypes.c_size_t.from_address(p - ctypes.sizeof(ctypes.c_size_t)).value & 4)
+
+print(non_main_arena(libc.malloc(48)), non_main_arena(in_side_arena(libc.malloc, 48)))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc")
+def test_side_arena_allocations_come_from_another_arena():
+    def probe(env: dict[str, str]) -> str:
+        return subprocess.run([sys.executable, "-c", ARENA_PROBE], capture_output=True, text=True, timeout=120,
+                              check=True, env={**os.environ, **env}).stdout.strip()
+
+    assert probe({}) == "False True"
+    assert probe({"MALLOC_ARENA_MAX": "1"}) == "False False"  # one arena for all threads: documented limit
+
+
+def test_side_arena_returns_and_raises_in_the_caller():
+    import threading
+
+    assert heap.in_side_arena(threading.current_thread) is not threading.current_thread()
+    assert heap.in_side_arena(int, "42") == 42
+    with pytest.raises(ValueError, match="invalid literal"):
+        heap.in_side_arena(int, "x")
+
+
+def test_decoders_are_opened_on_the_side_thread_in_each_worker(small_compiled):
+    import threading
+
+    class Sides(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            sample = next(iter(CompiledDataset(str(small_compiled), shuffle=False)))
+            names = {t.name.split("_")[0] for t in threading.enumerate()}
+            yield sample["index"].item() >= 0 and heap._side[0] == os.getpid() and "roboreel-side-arena" in names
+
+    assert list(torch.utils.data.DataLoader(Sides(), batch_size=None, num_workers=2)) == [True, True]

@@ -7,6 +7,7 @@ peak. Not a timed test: run ``roboreel bench --soak 100`` and read the growth af
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import time
@@ -35,8 +36,53 @@ def _rss_by_process(pid: int) -> dict[str, int]:
     return out
 
 
+def _environment() -> dict[str, str]:
+    """What shapes the heap besides the code: allocator settings and the decoding stack's versions."""
+    import torch
+    import torchcodec
+
+    env = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k in ("LD_PRELOAD", "MALLOC_CONF")}
+    return {**env, "torch": torch.__version__, "torchcodec": torchcodec.__version__}
+
+
+def _slope(ys: list[float]) -> float:
+    """Least-squares growth per epoch: steadier than end minus start when RSS steps by whole pages."""
+    n = len(ys)
+    if n < 2:
+        return 0.0
+    mx, my = (n - 1) / 2, sum(ys) / n
+    return sum((x - mx) * (y - my) for x, y in enumerate(ys)) / sum((x - mx) ** 2 for x in range(n))
+
+
+def growth_after_warmup(rows: list[dict], warmup: int) -> dict[str, dict[str, float]]:
+    """Per process: RSS after the warm-up epochs and at the end (MB), growth in percent, slope and peak."""
+    if len(rows) <= warmup + 1:
+        return {}
+    a, b = rows[warmup]["rss"], rows[-1]["rss"]
+    out = {}
+    for k in a:
+        if k not in b:
+            continue
+        series = [r["rss"][k] / 2**20 for r in rows[warmup:] if k in r["rss"]]
+        out[k] = {"after_warmup_mb": a[k] / 2**20, "end_mb": b[k] / 2**20,
+                  "growth_pct": 100 * (b[k] - a[k]) / a[k], "slope_mb_per_epoch": _slope(series),
+                  "max_mb": max(series)}
+    return out
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    """One line per epoch: samples, seconds, RSS of every process in MB (``soak.csv``, for plotting)."""
+    procs = sorted({k for r in rows for k in r["rss"]}, key=lambda k: (k != "main", k))
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["epoch", "samples", "seconds", *(f"rss_{k}_mb" for k in procs)])
+        for r in rows:
+            w.writerow([r["epoch"], r["samples"], f"{r['seconds']:.3f}",
+                        *(f"{r['rss'][k] / 2**20:.2f}" if k in r["rss"] else "" for k in procs)])
+
+
 def soak(compiled: str, cfg: SoakConfig, out: Path, *, progress: bool = True) -> dict:
-    """Run ``cfg.epochs`` epochs; write ``soak.json`` under ``out`` and return it."""
+    """Run ``cfg.epochs`` epochs; write ``soak.json`` and ``soak.csv`` under ``out`` and return the json."""
     import torch
 
     from roboreel.formats.manifest import load_manifest
@@ -59,12 +105,9 @@ def soak(compiled: str, cfg: SoakConfig, out: Path, *, progress: bool = True) ->
         if progress:
             print(f"epoch {epoch}: {n} samples, " + ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in rows[-1]["rss"].items()),
                   flush=True)
-    growth = {}
-    if len(rows) > cfg.warmup + 1:
-        a, b = rows[cfg.warmup]["rss"], rows[-1]["rss"]
-        growth = {k: {"after_warmup_mb": a[k] / 2**20, "end_mb": b[k] / 2**20,
-                      "growth_pct": 100 * (b[k] - a[k]) / a[k]} for k in a if k in b}
-    doc = {"compiled": compiled, "config": asdict(cfg), "epochs": rows, "growth": growth}
+    doc = {"compiled": compiled, "config": asdict(cfg), "environment": _environment(), "epochs": rows,
+           "growth": growth_after_warmup(rows, cfg.warmup)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "soak.json").write_text(json.dumps(doc, indent=1))
+    write_csv(rows, out / "soak.csv")
     return doc

@@ -96,10 +96,12 @@ def run(args: argparse.Namespace) -> int:
 
         doc = soak(compiled, SoakConfig(epochs=args.soak, warmup=args.soak_warmup, batch_size=args.batch_size,
                                         num_workers=args.num_workers), out)
-        print("\n| process | RSS after warm-up (MB) | RSS at the end (MB) | growth |\n|---|---|---|---|")
+        print("\n| process | RSS after warm-up (MB) | RSS at the end (MB) | growth | slope (MB/epoch) |\n"
+              "|---|---|---|---|---|")
         for k, g in doc["growth"].items():
-            print(f"| {k} | {g['after_warmup_mb']:.0f} | {g['end_mb']:.0f} | {g['growth_pct']:+.2f}% |")
-        print(f"wrote {out}/soak.json")
+            print(f"| {k} | {g['after_warmup_mb']:.0f} | {g['end_mb']:.0f} | {g['growth_pct']:+.2f}% "
+                  f"| {g['slope_mb_per_epoch']:+.3f} |")
+        print(f"wrote {out}/soak.json and {out}/soak.csv")
         return 0
     if not args.no_dataloading:
         cfg = RunConfig(batch_size=args.batch_size, num_workers=args.num_workers, prefetch=args.prefetch,

@@ -25,6 +25,7 @@ import torch
 from torchcodec.decoders import VideoDecoder  # loaded once in the parent, so forked workers inherit it
 
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
+from roboreel.reader.heap import in_side_arena
 
 SeekMode = Literal["approximate", "exact"]
 SEEK_MODES = ("approximate", "exact")
@@ -152,7 +153,10 @@ class ClipDecoders:
             self._open.move_to_end(key)
             self.stats.decoder_reuses += 1
             return dec
-        dec = VideoDecoder(clip.data, seek_mode=self.seek_mode, device=self.device)
+        if self.device == "cpu":  # opened aside: torch's per-open leak then stays out of the main arena (heap.py)
+            dec = in_side_arena(VideoDecoder, clip.data, seek_mode=self.seek_mode, device=self.device)
+        else:
+            dec = VideoDecoder(clip.data, seek_mode=self.seek_mode, device=self.device)
         self.stats.decoder_opens += 1
         self._open[key] = dec
         while len(self._open) > self.max_open:

@@ -8,6 +8,17 @@ sizes fragment them and RSS creeps up epoch after epoch. Measured with ``roboree
 worker grew ~13 MB per epoch (491 -> 713 MB over 16 epochs); with the threshold pinned it stays flat
 (docs/reliability.md). Setting the threshold with ``mallopt`` turns that dynamic adjustment off, as
 ``MALLOC_MMAP_THRESHOLD_`` would (glibc's mallopt(3)).
+
+What the threshold cannot fix: a library that leaks a few small blocks on every call. torch 2.13's stable ABI
+(which torchcodec 0.13 is built on) leaks a ``std::string`` per ``str`` argument and per ``str`` result of a custom
+op (pytorch/pytorch#191340 for arguments), about 0.84 KB per ``VideoDecoder`` opened (heaptrack), and the reader
+opens one per pooled clip and lane. Scattered through the main arena, between the blocks freed all epoch, each
+leaked block splits a free region and pins its page: RSS grew ~12 KB per decoder opened, not 0.84.
+``in_side_arena`` runs the opens on one thread kept for the purpose, so glibc serves them from an arena of their
+own. Opening one decoder at a time (scripts/decoder_churn.py, 120 clips opened and decoded 30 times) the leaked
+blocks then pack densely: from open 1,920 to 3,360, RSS +21 MB opened on the main thread, +0.1 MB on the side
+thread. In the reader, where several decoders of different lifetimes are open at once, the side arena still
+fragments, but a worker's growth fell from ~0.35-0.5 to ~0.25 MB per epoch (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -15,11 +26,17 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
 
 M_MMAP_THRESHOLD = -3  # glibc malloc.h
 MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's initial default: large buffers go straight to mmap and back
 
 _done_in: int | None = None
+_side: tuple[int, ThreadPoolExecutor] | None = None  # (pid, its one thread): a forked child makes its own
 
 
 def pin_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
@@ -57,3 +74,15 @@ def release_free_memory() -> None:
         libc.malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def in_side_arena(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
+    """``fn(*args, **kwargs)`` on this process's side thread, whose allocations glibc serves from an arena of
+    its own (a thread gets its own arena while fewer than ``M_ARENA_MAX`` exist: 8 per core by default, so not
+    under ``MALLOC_ARENA_MAX=1``). For calls whose small leaked blocks would otherwise fragment the main arena;
+    what they return may be used and freed on any thread. Exceptions are re-raised here. ``fn`` must not call
+    ``in_side_arena`` itself (one thread: it would wait on itself)."""
+    global _side
+    if _side is None or _side[0] != os.getpid():  # first call, or a forked child: the parent's thread is gone
+        _side = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="roboreel-side-arena"))
+    return _side[1].submit(fn, *args, **kwargs).result()
