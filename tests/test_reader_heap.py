@@ -47,14 +47,28 @@ def test_pinning_keeps_large_blocks_out_of_the_heap_arena():
 def test_iterating_and_dataloader_workers_pin_it(small_compiled):
     heap._done_in = None
     next(iter(CompiledDataset(str(small_compiled), shuffle=False)))
-    assert heap._done_in == os.getpid()
+    assert heap._done_in == (os.getpid(), heap.MMAP_THRESHOLD_BYTES)
 
     class Pids(torch.utils.data.IterableDataset):
         def __iter__(self):
             next(iter(CompiledDataset(str(small_compiled), shuffle=False)))
-            yield heap._done_in == os.getpid()
+            yield heap._done_in == (os.getpid(), heap.MMAP_THRESHOLD_BYTES)
 
     assert list(torch.utils.data.DataLoader(Pids(), batch_size=None, num_workers=2)) == [True, True]
+
+
+def test_the_decode_stage_sets_its_own_threshold(small_compiled):
+    """roboreel.loader's process decodes whole runs of frames: its threshold is the larger decode one, and the
+    dataset's undecoded stream (iter_pending, num_workers=0) does not reset it to the workers' value."""
+    from roboreel.reader.loader import loader
+
+    heap._done_in = None
+    it = loader(CompiledDataset(str(small_compiled), shuffle=False), batch_size=4, num_workers=0)
+    try:
+        next(iter(it))
+        assert heap._done_in == (os.getpid(), heap.DECODE_MMAP_THRESHOLD_BYTES)
+    finally:
+        it.close()
 
 
 ARENA_PROBE = r"""

@@ -267,7 +267,8 @@ class CompiledDataset(IterableDataset):
 
     def _iterate(self, *, deferred: bool) -> Iterator[Any]:
         isolate_inherited_heap()  # first thing in a forked worker: see forksafe.py
-        pin_mmap_threshold()  # a flat C heap over many epochs: see heap.py
+        if not deferred:  # this process decodes (roboreel.loader's process sets its own threshold)
+            pin_mmap_threshold()  # a flat C heap over many epochs: see heap.py
         worker, num_workers = detect_worker()
         world = self._world(worker, num_workers)
         epoch = self._epoch + self._iters

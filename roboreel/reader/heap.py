@@ -34,16 +34,22 @@ T = TypeVar("T")
 
 M_MMAP_THRESHOLD = -3  # glibc malloc.h
 MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's initial default: large buffers go straight to mmap and back
+# The process running roboreel.loader's decode pool: torchcodec returns every decoded run of frames in a new
+# tensor (a 480x640 frame is 900 KB), and a fresh mmap costs its page faults on first touch. At 4 MiB, runs of
+# up to four 480x640 frames reuse heap memory: +15% samples/s on 480x640 ALOHA footage, main-process RSS flat
+# over 30 epochs (439-471 MB); 16 MiB was faster (+35%) but its RSS climbed 573 -> 817 MB (docs/reliability.md).
+DECODE_MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
 
-_done_in: int | None = None
+_done_in: tuple[int, int] | None = None  # (pid, threshold) last set
 _side: tuple[int, ThreadPoolExecutor] | None = None  # (pid, its one thread): a forked child makes its own
 
 
 def pin_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
-    """Pin glibc's mmap threshold in this process (once per process; a forked worker does it again, since
-    fork copies the parent's flag but the call is cheap). False where there is no glibc (macOS, musl)."""
+    """Pin glibc's mmap threshold in this process at ``nbytes`` (a forked worker does it again, since fork copies
+    the parent's flag but the call is cheap). False where there is no glibc (macOS, musl), or where the user set
+    ``MALLOC_MMAP_THRESHOLD_`` (respected)."""
     global _done_in
-    if _done_in == os.getpid():
+    if _done_in == (os.getpid(), int(nbytes)):
         return True
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):  # the user chose one: respect it
         return False
@@ -55,7 +61,7 @@ def pin_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     ok = bool(mallopt(M_MMAP_THRESHOLD, int(nbytes)))
     if ok:
-        _done_in = os.getpid()
+        _done_in = (os.getpid(), int(nbytes))
     return ok
 
 

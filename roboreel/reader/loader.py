@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from roboreel.reader.dataset import CompiledDataset
 from roboreel.reader.deferred import PendingBatch, collate_pending
 from roboreel.reader.gpu import DEFAULT_MAX_GPU_DECODERS, DeviceDecoders
-from roboreel.reader.heap import pin_mmap_threshold
+from roboreel.reader.heap import DECODE_MMAP_THRESHOLD_BYTES, pin_mmap_threshold
 from roboreel.reader.prefetch import Prefetcher
 from roboreel.reader.resume import worker_batches
 from roboreel.reader.routing import Router
@@ -138,7 +138,7 @@ class DeviceLoader:
     # -- iteration -------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.close()  # one live iteration at a time (they share the dataset's position)
-        pin_mmap_threshold()  # this process decodes: keep its heap flat over epochs (heap.py)
+        pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES)  # this process decodes: fast and flat (heap.py)
         epoch = self.dataset.epoch
         resume, self._resume = self._resume, None
         self._batches = resume[1] if resume is not None and resume[0] == epoch else 0
