@@ -48,7 +48,7 @@ def test_chunked_index_reads_the_same(pair, tmp_path, monkeypatch):
     _, compiled = pair
     m = mf.load_manifest(str(compiled))
     monkeypatch.setattr(ix, "ROW_GROUP_ROWS", 2)
-    monkeypatch.setattr(ix, "ROWS_PER_FILE", 4)
+    monkeypatch.setattr(ix, "ROWS_PER_FILE", 6)  # 3 row groups a file: group 3 is the second file's first
     monkeypatch.setattr(ix, "FILES_PER_CHUNK", 1)
     root = tmp_path / "chunked"
     shutil.copytree(compiled, root)
@@ -58,7 +58,7 @@ def test_chunked_index_reads_the_same(pair, tmp_path, monkeypatch):
     mf.write_manifest(root, m2)
     files = [r["path"] for r in m2.index_files["episodes"]]
     assert files == ["index/episodes/chunk-000/file-000.parquet", "index/episodes/chunk-001/file-000.parquet"]
-    assert pq.ParquetFile(root / files[0]).metadata.num_row_groups == 2
+    assert pq.ParquetFile(root / files[0]).metadata.num_row_groups == 3
     back = mf.load_manifest(str(root))
     assert back.episodes == m.episodes and back.shards == m.shards
     assert validate(str(root)).exit_code == 0
@@ -66,6 +66,12 @@ def test_chunked_index_reads_the_same(pair, tmp_path, monkeypatch):
     assert len(got) == len(want) == m.total_frames
     for g, w in zip(got, want, strict=True):
         assert_same_sample(g, w, [c.key for c in m.cameras])
+    # a file that is not whole row groups would shift every later group: refused when the manifest is read
+    doc = json.loads((root / mf.MANIFEST_NAME).read_text())
+    doc["index"]["episodes"][0]["rows"] = 5
+    (root / mf.MANIFEST_NAME).write_text(json.dumps(doc))
+    with pytest.raises(CompiledFormatError, match="not whole row groups"):
+        mf.load_manifest(str(root))
 
 
 def test_construction_and_len_read_no_episode_file(pair, tmp_path):

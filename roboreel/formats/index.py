@@ -36,9 +36,11 @@ from roboreel.formats.errors import CompiledFormatError
 INDEX_DIR = "index"
 SHARDS_PATH = "index/shards.parquet"
 EPISODES_PATH = "index/episodes/chunk-{chunk:03d}/file-{file:03d}.parquet"
-ROWS_PER_FILE = 100_000  # episodes per index file (LeRobot-like chunking: no file grows without bound)
-FILES_PER_CHUNK = 1000
 ROW_GROUP_ROWS = 1024  # episodes per row group: the unit of a detail read
+# episodes per index file (LeRobot-like chunking: no file grows without bound); a whole number of row groups, so
+# row group g of the episode rows is always rows [g * ROW_GROUP_ROWS, ...) whichever file holds it
+ROWS_PER_FILE = 100 * ROW_GROUP_ROWS
+FILES_PER_CHUNK = 1000
 DETAIL_CACHE_GROUPS = 8
 
 _MEMBER = pa.struct([("name", pa.string()), ("size", pa.int64()), ("sha256", pa.string())])
@@ -423,6 +425,10 @@ class FileIndex(Index):
 
     def __init__(self, url: str, descriptor: dict[str, Any], storage_options: dict[str, Any] | None = None) -> None:
         super().__init__(int(descriptor["row_group_rows"]))
+        for ref in descriptor["episodes"][:-1]:
+            if ref["rows"] % self.group_rows:
+                raise CompiledFormatError(f"index file of {ref['rows']} rows is not whole row groups of "
+                                          f"{self.group_rows}", file=str(url).rstrip("/") + "/" + ref["path"])
         self.url, self.descriptor, self.storage_options = str(url), descriptor, dict(storage_options or {})
         # how a read is retried on transient faults (the reader sets a picklable policy; None: no retry)
         self.retry: Callable[[Callable[[], Any]], Any] | None = None

@@ -252,6 +252,10 @@ def _check_descriptor(d: Any) -> dict[str, Any]:
         _check_value(d[key], "int", f"index.{key}")
     if d["row_group_rows"] < 1:
         raise ValueError(f"index.row_group_rows must be >= 1, got {d['row_group_rows']}")
+    for ref in d["episodes"][:-1]:  # detail reads address row group g as rows [g * row_group_rows, ...)
+        if ref["rows"] % d["row_group_rows"]:
+            raise ValueError(f"index file {ref['path']!r} holds {ref['rows']} rows, not whole row groups of "
+                             f"{d['row_group_rows']}")
     return d
 
 
