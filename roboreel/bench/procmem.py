@@ -9,37 +9,33 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 
 import psutil
 
 
-def tree_rss(pid: int | None = None) -> int:
-    """Current RSS in bytes of a process and all its descendants."""
+def _tree_sum(pid: int | None, measure: Callable[[psutil.Process], float]) -> float:
+    """``measure`` summed over a process and its live descendants (processes that vanish meanwhile count 0)."""
     try:
         root = psutil.Process(pid or os.getpid())
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return 0
-    total = 0
+    total = 0.0
     for p in procs:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            total += p.memory_info().rss
+            total += measure(p)
     return total
+
+
+def tree_rss(pid: int | None = None) -> int:
+    """Current RSS in bytes of a process and all its descendants."""
+    return int(_tree_sum(pid, lambda p: p.memory_info().rss))
 
 
 def tree_cpu_seconds(pid: int | None = None) -> float:
     """User + system CPU seconds of a process and its live descendants so far."""
-    try:
-        root = psutil.Process(pid or os.getpid())
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
-    total = 0.0
-    for p in procs:
-        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            t = p.cpu_times()
-            total += t.user + t.system
-    return total
+    return _tree_sum(pid, lambda p: sum(p.cpu_times()[:2]))
 
 
 class PeakRSS:
