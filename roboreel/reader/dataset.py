@@ -52,16 +52,14 @@ from roboreel.reader.pool import (
     still_needed,
 )
 from roboreel.reader.prefetch import Prefetcher
-from roboreel.reader.resume import loader_position
 from roboreel.reader.routing import resolve_decode_device
 from roboreel.reader.source import SliceReader, Store, retrying
+from roboreel.reader.state import STATE_FORMAT, STATE_VERSION, checked_state, loader_state, resume_point
 from roboreel.reader.stats import Flusher, SharedCounters
 from roboreel.reader.windows import delta_offsets
 
 logger = logging.getLogger(__name__)
 
-STATE_FORMAT = "roboreel.reader.state"
-STATE_VERSION = 2  # 2: frame-quota split (plan.py); version-1 states split differently
 DEFAULT_POOL_SIZE = 16
 _FLAG_UNEVEN = 0
 MAX_KEEP = 32
@@ -366,13 +364,9 @@ class CompiledDataset(IterableDataset):
         """
         base = {"format": STATE_FORMAT, "version": STATE_VERSION, "stream": self._stream_id}
         if batches is not None or loader is not None:
-            if batches is None or loader is None:
-                raise ValueError("pass both batches= (batches received this epoch) and loader= (the DataLoader)")
-            bs = loader.batch_size
             epoch = self._position.epoch if self._position is not None else self._epoch
-            return {**base, "epoch": epoch, "world_size": self._world().world_size, "batches": int(batches),
-                    "batch_size": 1 if bs is None else int(bs), "drop_last": bool(loader.drop_last),
-                    "num_workers": max(1, int(loader.num_workers))}
+            return loader_state(base, epoch=epoch, world_size=self._world().world_size, batches=batches,
+                                loader=loader)
         p = self._position
         if p is None:
             if self._resume is not None:
@@ -385,35 +379,13 @@ class CompiledDataset(IterableDataset):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state_dict()``: the next iteration continues the saved epoch at the next sample."""
-        if state.get("format") != STATE_FORMAT or state.get("version") != STATE_VERSION:
-            raise ValueError(f"not a roboreel reader state (format={state.get('format')!r}, "
-                             f"version={state.get('version')!r}); expected {STATE_FORMAT!r} v{STATE_VERSION}")
-        differ = {k: (v, self._stream_id.get(k)) for k, v in state["stream"].items() if self._stream_id.get(k) != v}
-        if differ:
-            raise ValueError(f"the state was saved for a different stream; (saved, now): {differ}")
-        self._resume = dict(state)
+        self._resume = checked_state(state, self._stream_id)
         self._epoch, self._iters, self._position = int(state["epoch"]), 0, None
 
     def _take_resume(self, world: World, epoch: int) -> tuple[int, int]:
         """(samples to skip, worker stream to serve) for this process's worker in ``epoch``."""
         state, self._resume = self._resume, None
-        if state is None or state["epoch"] != epoch:
-            return 0, world.worker
-        if state["world_size"] != world.world_size or state["num_workers"] != world.num_workers:
-            raise ValueError(
-                f"the state was saved with world_size={state['world_size']}, num_workers={state['num_workers']}; "
-                f"this run has world_size={world.world_size}, num_workers={world.num_workers}: resume needs the same")
-        if "batches" in state:
-            per_worker = self.worker_samples(world.num_workers, epoch=epoch)
-            pos = loader_position(state["batches"], per_worker, batch_size=state["batch_size"],
-                                  drop_last=state["drop_last"])
-            stream = pos.stream_of(world.worker)
-            return pos.consumed[stream], stream
-        if state["rank"] != world.rank:
-            raise ValueError(f"the state holds rank {state['rank']}'s position, this is rank {world.rank}; save "
-                             "each rank's state, or use state_dict(batches=..., loader=...) which fits every rank")
-        consumed = {int(k): int(v) for k, v in state["consumed"].items()}
-        return consumed.get(world.worker, 0), world.worker
+        return resume_point(state, world, epoch, lambda k: self.worker_samples(k, epoch=epoch))
 
     # -- observability ----------------------------------------------------------------------------------
     def stats(self) -> dict[str, float | int]:
