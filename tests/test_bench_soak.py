@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
 
 from roboreel.bench.soak import SoakConfig, growth_after_warmup, soak
 from roboreel.reader import CompiledDataset
 
 
 def test_soak_records_every_epoch_and_writes_json_and_csv(small_compiled, tmp_path):
-    doc = soak(str(small_compiled), SoakConfig(epochs=3, warmup=1, batch_size=4, num_workers=0), tmp_path,
-               progress=False)
+    # a child process that was there before the soak (another test's, in one pytest run) is not the soak's worker
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        doc = soak(str(small_compiled), SoakConfig(epochs=3, warmup=1, batch_size=4, num_workers=0), tmp_path,
+                   progress=False)
+    finally:
+        other.kill()
+        other.wait()
     total = len(CompiledDataset(str(small_compiled)))
     assert [r["samples"] for r in doc["epochs"]] == [total] * 3
     assert set(doc["growth"]) == {"main"}

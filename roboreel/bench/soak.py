@@ -27,10 +27,12 @@ class SoakConfig:
     window_s: float = 1.0  # action window length: delta_timestamps {action: [0 .. window_s]}
 
 
-def _rss_by_process(pid: int) -> dict[str, int]:
+def _rss_by_process(pid: int, *, exclude: frozenset[int] = frozenset()) -> dict[str, int]:
+    """RSS of ``pid`` and of its descendants but ``exclude`` (processes that were there before the soak)."""
     root = psutil.Process(pid)
     out = {"main": root.memory_info().rss}
-    for i, child in enumerate(sorted(root.children(recursive=True), key=lambda p: p.pid)):
+    mine = [c for c in root.children(recursive=True) if c.pid not in exclude]
+    for i, child in enumerate(sorted(mine, key=lambda p: p.pid)):
         with contextlib.suppress(psutil.NoSuchProcess):
             out[f"worker{i}"] = child.memory_info().rss
     return out
@@ -92,6 +94,7 @@ def soak(compiled: str, cfg: SoakConfig, out: Path, *, progress: bool = True) ->
     steps = max(1, round(cfg.window_s * fps))
     ds = CompiledDataset(compiled, return_uint8=cfg.uint8,
                          delta_timestamps={"action": [k / fps for k in range(steps)]})
+    before = frozenset(c.pid for c in psutil.Process().children(recursive=True))  # not the soak's: left out
     loader = torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
                                          persistent_workers=cfg.num_workers > 0)
     rows = []
@@ -101,7 +104,7 @@ def soak(compiled: str, cfg: SoakConfig, out: Path, *, progress: bool = True) ->
         for batch in loader:
             n += len(batch["index"])
         rows.append({"epoch": epoch, "samples": n, "seconds": time.perf_counter() - t0,
-                     "rss": _rss_by_process(os.getpid())})
+                     "rss": _rss_by_process(os.getpid(), exclude=before)})
         if progress:
             print(f"epoch {epoch}: {n} samples, " + ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in rows[-1]["rss"].items()),
                   flush=True)
