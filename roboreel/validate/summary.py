@@ -144,7 +144,8 @@ def format_summary(s: dict[str, Any]) -> str:
         per = "one per episode" if d["one_row_group_per_episode"] else "NOT one per episode: run roboreel validate"
         rows.append(("data", f"{d['files']} parquet, {_size(d['bytes'])}, {d['row_groups']} row groups ({per})"))
     if s.get("source"):
-        rows.append(("source", ", ".join(f"{k}={v}" for k, v in s["source"].items())))
+        rows.append(("source", ", ".join(f"{k}={len(v)} checksummed" if k == "files" and isinstance(v, dict)
+                                         else f"{k}={v}" for k, v in s["source"].items())))
     if s.get("settings"):
         rows.append(("settings", ", ".join(f"{k}={v}" for k, v in s["settings"].items())))
     width = max(len(k) for k, _ in rows)
