@@ -126,6 +126,7 @@ def edit_index(root: Path, which: str, edit: Callable[[list[dict]], None]) -> No
     and record the file's new size and sha256 in roboreel.json, so only what ``edit`` changed is wrong. Written
     directly with pyarrow, not through IndexWriter, so an inconsistent index can be made on purpose."""
     from roboreel.formats import index as ix
+    from roboreel.formats.index_write import file_digest
 
     doc = json.loads((root / mf.MANIFEST_NAME).read_text())
     ref = doc["index"]["shards"] if which == "shards" else doc["index"]["episodes"][0]
@@ -134,5 +135,5 @@ def edit_index(root: Path, which: str, edit: Callable[[list[dict]], None]) -> No
     edit(rows)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / ref["path"],
                    row_group_size=doc["index"]["row_group_rows"])
-    ref.update(ix.file_digest(str(root / ref["path"])))
+    ref.update(file_digest(str(root / ref["path"])))
     (root / mf.MANIFEST_NAME).write_text(json.dumps(doc))

@@ -15,6 +15,7 @@ from support.datasets import assert_same_sample, compiled_pair
 from roboreel.formats import index as ix
 from roboreel.formats import manifest as mf
 from roboreel.formats.errors import CompiledFormatError
+from roboreel.formats.index_write import file_digest
 from roboreel.reader import CompiledDataset
 from roboreel.validate import validate
 
@@ -36,7 +37,7 @@ def test_layout_and_descriptor(pair):
     m = mf.load_manifest(str(compiled))
     assert d["episodes_total"] == len(m.episodes) == 8 and d["frames_total"] == m.total_frames
     for ref in [d["shards"], *d["episodes"]]:
-        assert ix.file_digest(str(compiled / ref["path"])) == {"size": ref["size"], "sha256": ref["sha256"]}
+        assert file_digest(str(compiled / ref["path"])) == {"size": ref["size"], "sha256": ref["sha256"]}
         assert pq.ParquetFile(compiled / ref["path"]).metadata.num_rows == ref["rows"]
     shards = pq.read_table(compiled / ix.SHARDS_PATH).to_pylist()
     assert [s["episodes"] for s in shards] == [2, 2, 2, 2] and [s["first"] for s in shards] == [0, 2, 4, 6]
@@ -160,7 +161,7 @@ def test_inconsistent_index_is_an_error(pair, tmp_path):
                                     __import__("pyarrow").array(frames, type=table.schema.field("frames").type)),
                    root / ix.SHARDS_PATH)
     doc = json.loads((root / mf.MANIFEST_NAME).read_text())
-    doc["index"]["shards"].update(ix.file_digest(str(root / ix.SHARDS_PATH)))
+    doc["index"]["shards"].update(file_digest(str(root / ix.SHARDS_PATH)))
     (root / mf.MANIFEST_NAME).write_text(json.dumps(doc))
     report = validate(str(root))
     assert report.exit_code == 1

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from roboreel.formats import index as ix
 from roboreel.formats import manifest as mf
 from roboreel.formats import shard as sh
+from roboreel.formats.index_write import file_digest
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def build_padded(real: Path, out: Path, episodes: int, cfg: ScaleConfig) -> Path
     per = cfg.episodes_per_shard
     n_pad_shards = -(-pad // per)
     # the episode files, a row group at a time
-    tables = [ix._entries_table(real_entries)]
+    tables = [ix.entries_table(real_entries)]
     row, made = len(real_entries), 0
     chunk = 100_000
     while made < pad:
@@ -98,7 +99,7 @@ def build_padded(real: Path, out: Path, episodes: int, cfg: ScaleConfig) -> Path
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         part = table.slice(lo, ix.ROWS_PER_FILE)
         pq.write_table(part, tmp / rel, row_group_size=ix.ROW_GROUP_ROWS, compression="zstd")
-        files.append({"path": rel, "rows": part.num_rows, **ix.file_digest(str(tmp / rel))})
+        files.append({"path": rel, "rows": part.num_rows, **file_digest(str(tmp / rel))})
     counts = [len(s.episodes) for s in real_shards] + [min(per, pad - i * per) for i in range(n_pad_shards)]
     frames = [sum(e.length for e in real_entries if e.shard == i) for i in range(len(real_shards))]
     frames += [c * cfg.episode_length for c in counts[len(real_shards):]]
@@ -110,7 +111,7 @@ def build_padded(real: Path, out: Path, episodes: int, cfg: ScaleConfig) -> Path
     }, schema=ix.SHARDS_SCHEMA)
     pq.write_table(shard_table, tmp / ix.SHARDS_PATH, compression="zstd")
     descriptor = {"shards": {"path": ix.SHARDS_PATH, "rows": shard_table.num_rows,
-                             **ix.file_digest(str(tmp / ix.SHARDS_PATH))},
+                             **file_digest(str(tmp / ix.SHARDS_PATH))},
                   "episodes": files, "episodes_total": table.num_rows, "frames_total": int(sum(frames)),
                   "row_group_rows": ix.ROW_GROUP_ROWS}
     doc = json.loads((real / mf.MANIFEST_NAME).read_text())

@@ -28,7 +28,8 @@ from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import entry_from_dict, shard_done
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import CompiledFormatError
-from roboreel.formats.index import INDEX_DIR, FileIndex, IndexWriter
+from roboreel.formats.index import INDEX_DIR, FileIndex
+from roboreel.formats.index_write import IndexWriter
 from roboreel.formats.lerobot_v3 import read_parquet
 from roboreel.formats.manifest import MANIFEST_NAME, CameraSpec, Manifest, write_manifest
 from roboreel.formats.shard import table_to_parquet_bytes

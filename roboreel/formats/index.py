@@ -18,10 +18,9 @@ loads what it reads. ``MemoryIndex`` holds the same tables in memory (for writer
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from roboreel.formats.atomic import atomic_open
 from roboreel.formats.errors import CompiledFormatError
+from roboreel.formats.lengths import Lengths
 
 INDEX_DIR = "index"
 SHARDS_PATH = "index/shards.parquet"
@@ -95,7 +94,7 @@ def episodes_file(n: int) -> str:
     return EPISODES_PATH.format(chunk=n // FILES_PER_CHUNK, file=n % FILES_PER_CHUNK)
 
 
-def _entries_table(entries: Sequence[EpisodeEntry]) -> pa.Table:
+def entries_table(entries: Sequence[EpisodeEntry]) -> pa.Table:
     cols: dict[str, list[Any]] = {name: [] for name in EPISODES_SCHEMA.names}
     for e in entries:
         for name in ("index", "length", "from_index", "to_index", "shard", "tasks", "rows_sha256"):
@@ -121,157 +120,7 @@ def _entries_from(table: pa.Table) -> list[EpisodeEntry]:
     return out
 
 
-# -- writing -----------------------------------------------------------------------------------------------
-class IndexWriter:
-    """Writes the index of a local compiled root, shard by shard, in bounded memory (one row group buffered).
-
-    Every file goes to a temp name and is renamed by ``close()``, which returns the descriptor the manifest
-    records (paths, sizes, sha256 and row counts of the index files)."""
-
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = os.fspath(root)
-        self._shards: dict[str, list[Any]] = {name: [] for name in SHARDS_SCHEMA.names}
-        self._buffer: list[EpisodeEntry] = []
-        self.group_rows, self.file_rows = ROW_GROUP_ROWS, ROWS_PER_FILE
-        self._rows = 0  # episode rows written or buffered
-        self._file_rows = 0
-        self._files: list[dict[str, Any]] = []
-        self._writer: pq.ParquetWriter | None = None
-        self._open: Any = None
-        self._frames = 0
-        self._last_episode: int | None = None
-
-    def add_shard(self, path: str, size: int, sha256: str, entries: Sequence[EpisodeEntry]) -> None:
-        """Append one shard and its episodes (in file order, each ``shard`` field equal to this shard's position)."""
-        pos = len(self._shards["path"])
-        for e in entries:
-            if e.shard != pos:
-                raise ValueError(f"episode {e.index} says shard {e.shard}, it is added to shard {pos}")
-            if self._last_episode is not None and e.index <= self._last_episode:
-                raise ValueError(f"episode {e.index} after {self._last_episode}: the index is in episode order")
-            self._last_episode = e.index
-        frames = sum(e.length for e in entries)
-        for name, value in zip(SHARDS_SCHEMA.names, (path, size, sha256, self._rows, len(entries), frames),
-                               strict=True):
-            self._shards[name].append(value)
-        self._frames += frames
-        for e in entries:
-            self._buffer.append(e)
-            self._rows += 1
-            if len(self._buffer) == self.group_rows:
-                self._flush()
-
-    def _flush(self) -> None:
-        while self._buffer:
-            if self._writer is None:
-                rel = episodes_file(len(self._files))
-                self._open = atomic_open(os.path.join(self.root, rel))
-                f = self._open.__enter__()
-                self._writer = pq.ParquetWriter(f, EPISODES_SCHEMA, compression="zstd", write_statistics=True)
-                self._files.append({"path": rel, "rows": 0})
-                self._file_rows = 0
-            take = min(len(self._buffer), self.file_rows - self._file_rows)
-            chunk, self._buffer = self._buffer[:take], self._buffer[take:]
-            self._writer.write_table(_entries_table(chunk), row_group_size=self.group_rows)
-            self._file_rows += take
-            self._files[-1]["rows"] += take
-            if self._file_rows == self.file_rows:
-                self._close_file()
-
-    def _close_file(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._open.__exit__(None, None, None)
-            self._writer = self._open = None
-
-    def close(self) -> dict[str, Any]:
-        """Finish every file; the descriptor for ``Manifest.index_files``."""
-        self._flush()
-        self._close_file()
-        table = pa.Table.from_pydict(self._shards, schema=SHARDS_SCHEMA)
-        with atomic_open(os.path.join(self.root, SHARDS_PATH)) as f:
-            pq.write_table(table, f, compression="zstd", write_statistics=True)
-        files = [{**r, **file_digest(os.path.join(self.root, r["path"]))} for r in self._files]
-        shards = {"path": SHARDS_PATH, "rows": table.num_rows, **file_digest(os.path.join(self.root, SHARDS_PATH))}
-        return {"shards": shards, "episodes": files, "episodes_total": self._rows, "frames_total": self._frames,
-                "row_group_rows": self.group_rows}
-
-    def abort(self) -> None:
-        """Drop a half-written file (its temp name is removed by atomic_open)."""
-        if self._writer is not None:
-            self._writer.close()
-            self._open.__exit__(RuntimeError, RuntimeError("aborted"), None)
-            self._writer = self._open = None
-
-
-def file_digest(path: str) -> dict[str, Any]:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return {"size": os.path.getsize(path), "sha256": h.hexdigest()}
-
-
-def write_index(root: str | os.PathLike[str], shards: Sequence[ShardEntry],
-                episodes: Iterable[EpisodeEntry]) -> dict[str, Any]:
-    """Write the index of lists (small datasets, tests); ``IndexWriter`` streams."""
-    by_index = {e.index: e for e in episodes}
-    w = IndexWriter(root)
-    try:
-        for s in shards:
-            w.add_shard(s.path, s.size, s.sha256, [by_index[e] for e in s.episodes])
-        return w.close()
-    except BaseException:
-        w.abort()
-        raise
-
-
 # -- reading -----------------------------------------------------------------------------------------------
-class Lengths:
-    """Episode index -> length over two sorted arrays (a dict would cost ~100 bytes an episode). Reads like a
-    mapping (``[e]``, ``in``, ``len``, ``keys()``/``values()``/``items()``); ``ids`` and ``array`` are the arrays."""
-
-    def __init__(self, ids: np.ndarray, lengths: np.ndarray) -> None:
-        self.ids, self.array = ids, lengths
-
-    def row(self, episode: int) -> int:
-        i = int(np.searchsorted(self.ids, episode))
-        if i >= len(self.ids) or self.ids[i] != episode:
-            raise KeyError(episode)
-        return i
-
-    def __getitem__(self, episode: int) -> int:
-        return int(self.array[self.row(episode)])
-
-    def __contains__(self, episode: object) -> bool:
-        try:
-            self.row(int(episode))  # type: ignore[call-overload]
-        except (KeyError, TypeError, ValueError):
-            return False
-        return True
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.ids.tolist())
-
-    def keys(self) -> list[int]:
-        return self.ids.tolist()
-
-    def values(self) -> list[int]:
-        return self.array.tolist()
-
-    def items(self) -> Iterator[tuple[int, int]]:
-        return zip(self.ids.tolist(), self.array.tolist(), strict=True)
-
-    def get(self, episode: int, default: Any = None) -> Any:
-        try:
-            return self[episode]
-        except KeyError:
-            return default
-
-
 class Index:
     """Read side of the index (see module doc). Subclasses say where the tables come from."""
 
@@ -407,7 +256,7 @@ class MemoryIndex(Index):
                                                      sum(e.length for e in eps)), strict=True):
                 cols[name].append(v)
             ordered.extend(eps)
-        self._table = _entries_table(ordered)
+        self._table = entries_table(ordered)
         self._shard_table = pa.Table.from_pydict(cols, schema=SHARDS_SCHEMA)
 
     def _read_shards(self) -> pa.Table:

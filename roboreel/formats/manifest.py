@@ -24,8 +24,8 @@ from roboreel.formats.index import (
     MemberInfo,
     MemoryIndex,
     ShardEntry,
-    write_index,
 )
+from roboreel.formats.index_write import write_index
 
 __all__ = ["MANIFEST_NAME", "CameraSpec", "EpisodeEntry", "Manifest", "MemberInfo", "ShardEntry", "load_manifest",
            "write_manifest"]
