@@ -32,11 +32,10 @@ def copy_of(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def rolled_source(tmp_path_factory) -> Path:
-    """8 episodes, 2 cameras, each camera's video rolled over several mp4s (episodes start mid-file)."""
-    from conftest import make_source
-
-    return make_source(tmp_path_factory.mktemp("par") / "src")
+def rolled_source(small_source) -> Path:
+    """8 episodes, 2 cameras, each camera's video rolled over several mp4s (episodes start mid-file): conftest's
+    session-wide small source (read only here)."""
+    return small_source
 
 
 @pytest.fixture(scope="module")

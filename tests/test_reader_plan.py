@@ -15,9 +15,7 @@ from roboreel.reader.plan import (
     dropped_samples,
     epoch_slices,
     rank_quotas,
-    selected_shards,
     shard_order,
-    split,
     uneven_split_message,
     worker_quotas,
 )
@@ -103,10 +101,10 @@ def test_every_frame_emitted_once_ranks_equal_drops_are_the_tail(layout):
 def test_split_cuts_episodes_at_exact_quotas():
     # 3 shards of 4 episodes (10, 30, 10, 10 frames): 180 frames for 2 consumers of 90
     m = _manifest([4, 4, 4], [10, 30, 10, 10])
-    out = split(selected_shards(m, None), m.lengths, [90, 90])
-    assert [(s.shard, s.episodes, s.ranges) for s in out[0]] == [
+    out = [consumer_slices(m, World(0, 1, w, 2), seed=0, epoch=0, shuffle=False) for w in range(2)]
+    assert [(s.shard, tuple(s.episodes), s.frame_ranges(m.lengths)) for s in out[0]] == [
         (0, (0, 1, 2, 3), ((0, 10), (0, 30), (0, 10), (0, 10))), (1, (4, 5), ((0, 10), (0, 20)))]
-    assert [(s.shard, s.episodes, s.ranges) for s in out[1]] == [
+    assert [(s.shard, tuple(s.episodes), s.frame_ranges(m.lengths)) for s in out[1]] == [
         (1, (5, 6, 7), ((20, 30), (0, 10), (0, 10))), (2, (8, 9, 10, 11), ((0, 10), (0, 30), (0, 10), (0, 10)))]
     # one shard, more consumers than episodes: every consumer still gets its share of frames
     m = _manifest([1], [10])

@@ -185,37 +185,6 @@ def take(manifest: Manifest, sel: Selection, order: Sequence[int], lo: int, hi: 
     return out
 
 
-def selected_shards(manifest: Manifest, episodes: Iterable[int] | None) -> list[Slice]:
-    """Every shard holding a selected episode, with only those episodes, in manifest order (O(episodes))."""
-    sel = selection(manifest, episodes)
-    return [shard_slice(manifest, sel, int(p)) for p in sel.shards]
-
-
-def split(slices: Sequence[Slice], lengths: Mapping[int, int], quotas: Sequence[int]) -> list[list[Slice]]:
-    """Cut ``slices`` (in epoch order) into contiguous runs of ``quotas[i]`` frames, one per consumer; frames
-    past ``sum(quotas)`` are dropped. An episode may be cut between two consumers (each gets its frame range)."""
-    out: list[list[Slice]] = [[] for _ in quotas]
-    part, room = 0, quotas[0] if quotas else 0
-    for s in slices:
-        for e, (a, n) in zip(s.episodes, s.frame_ranges(lengths), strict=True):
-            while a < n:
-                while room == 0:
-                    part += 1
-                    if part >= len(quotas):
-                        return out
-                    room = quotas[part]
-                b = min(n, a + room)
-                runs = out[part]
-                if runs and runs[-1].shard == s.shard:
-                    prev = runs[-1]
-                    runs[-1] = Slice(s.shard, tuple(prev.episodes) + (e,), prev.frame_ranges(lengths) + ((a, b),))
-                else:
-                    runs.append(Slice(s.shard, (e,), ((a, b),)))
-                room -= b - a
-                a = b
-    return out
-
-
 def rank_quotas(total: int, world_size: int, *, equal_steps: bool) -> list[int]:
     """Samples per rank: ``total // world_size`` each with ``equal_steps`` (the rest dropped), else the first
     ``total % world_size`` ranks get one more."""
@@ -279,14 +248,6 @@ def consumer_range(total: int, world: World, split_options: SplitOptions = Split
     return lo, lo + workers[world.worker]
 
 
-def rank_slices(manifest: Manifest, world: World, *, seed: int, epoch: int, shuffle: bool,
-                episodes: Iterable[int] | None = None, split_options: SplitOptions = SplitOptions()) -> list[Slice]:
-    """What rank ``world.rank`` reads this epoch (all its workers together)."""
-    sel = selection(manifest, episodes)
-    lo, hi = consumer_range(sel.total, world, split_options, whole_rank=True)
-    return take(manifest, sel, epoch_order(sel, seed=seed, epoch=epoch, shuffle=shuffle), lo, hi)
-
-
 def consumer_slices(
     manifest: Manifest,
     world: World,
@@ -322,11 +283,6 @@ def uneven_split_message(num_slices: int, world: World) -> str | None:
         f"the last {rest} shards of each epoch are split by episode (several consumers read parts of them); "
         f"compile with a shard count that is a multiple of {world.consumers} to read whole shards only"
     )
-
-
-def slice_frames(slices: Sequence[Slice], lengths: Mapping[int, int]) -> int:
-    """How many frames (samples) a list of slices holds."""
-    return sum(b - a for s in slices for a, b in s.frame_ranges(lengths))
 
 
 def stream_arrays(slices: list[Slice], lengths: Mapping[int, int]) -> tuple[np.ndarray, ...]:
