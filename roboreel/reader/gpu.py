@@ -52,12 +52,13 @@ class DeviceDecoders:
         keep: Mapping[str, int] | None = None,
         seek_mode: SeekMode = "approximate",
         max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS,
+        max_call_bytes: int = 0,
     ) -> None:
         if not isinstance(max_gpu_decoders, int) or max_gpu_decoders < 1:
             raise ValueError(f"max_gpu_decoders must be an integer >= 1, got {max_gpu_decoders!r}")
         self.router = router
         self.device = router.device
-        self.cpu = ClipDecoders(device="cpu", seek_mode=seek_mode, keep=dict(keep or {}))
+        self.cpu = ClipDecoders(device="cpu", seek_mode=seek_mode, keep=dict(keep or {}), max_call_bytes=max_call_bytes)
         self.gpu: _ObservedDecoders | None = None
         if self.device != "cpu":
             self.gpu = _ObservedDecoders(device=self.device, seek_mode=seek_mode, keep=dict(keep or {}),

@@ -39,6 +39,9 @@ MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's initial default: large buffers go s
 # up to four 480x640 frames reuse heap memory: +15% samples/s on 480x640 ALOHA footage, main-process RSS flat
 # over 30 epochs (439-471 MB); 16 MiB was faster (+35%) but its RSS climbed 573 -> 817 MB (docs/reliability.md).
 DECODE_MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
+# What one decode call of that process may return (decode.ClipDecoders.max_call_bytes): under the threshold, so
+# decoded frames land in reused heap memory, not a fresh mapping whose every page faults (four 480x640 frames).
+DECODE_CALL_BYTES = DECODE_MMAP_THRESHOLD_BYTES - (256 << 10)
 
 _done_in: tuple[int, int] | None = None  # (pid, threshold) last set
 _side: tuple[int, ThreadPoolExecutor] | None = None  # (pid, its one thread): a forked child makes its own

@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from roboreel.reader.dataset import CompiledDataset
 from roboreel.reader.deferred import PendingBatch, collate_pending
 from roboreel.reader.gpu import DEFAULT_MAX_GPU_DECODERS, DeviceDecoders
-from roboreel.reader.heap import DECODE_MMAP_THRESHOLD_BYTES, pin_mmap_threshold
+from roboreel.reader.heap import DECODE_CALL_BYTES, DECODE_MMAP_THRESHOLD_BYTES, pin_mmap_threshold
 from roboreel.reader.prefetch import Prefetcher
 from roboreel.reader.resume import worker_batches
 from roboreel.reader.routing import Router
@@ -247,7 +247,8 @@ class _Stage:
         staging = {cam: torch.device(router.camera_device(cam)) for cam in cameras}
 
         def make() -> DeviceDecoders:  # one per live clip: its decoders (GPU, CPU fallback) and their state
-            return DeviceDecoders(router, keep=ds.keep_frames, max_gpu_decoders=owner.max_gpu_decoders)
+            return DeviceDecoders(router, keep=ds.keep_frames, max_gpu_decoders=owner.max_gpu_decoders,
+                                  max_call_bytes=DECODE_CALL_BYTES)
         pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
                           pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
                           max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,
