@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import platform
+import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -79,11 +80,12 @@ def _gpu_note(res: dict[str, Any]) -> str:
 
 def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str], cfg: RunConfig, repeats: int,
               out: Path, remote_latency_ms: float | None = None, ceiling: bool = True,
-              lerobot_python: str | None = None, echo: Any = print) -> dict[str, Any]:
+              lerobot_python: str | None = None, isolate: bool = True, echo: Any = print) -> dict[str, Any]:
     """Alternate readers (A B A B ...) for each mode, locally and (optionally) over HTTP; write every report.
 
     ``lerobot_python``: an interpreter with LeRobot installed (its own venv); the ``lerobot`` reader runs there
-    (external.py) instead of in this process."""
+    (external.py) instead of in this process. ``isolate``: every run in a fresh Python process of its own
+    (external.py), so peak RSS and CPU time are that reader's alone, not what earlier runs left in the heap."""
     readers = list(readers)
     if "lerobot" in readers and lerobot_python is None:
         ok, why = lerobot_available()
@@ -118,6 +120,9 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
                             run_cfg = replace(cfg, batches=max(2, cfg.batches // 8), seconds=None)
                         if reader == "lerobot" and lerobot_python is not None:
                             res = run_external(lerobot_python, reader, mode, compiled=c, source=s, cfg=run_cfg,
+                                               where=where, repeat=r, ceiling_frames_per_s=ceiling_fps)
+                        elif isolate and where == "local":  # served data lives in this process's server
+                            res = run_external(sys.executable, reader, mode, compiled=c, source=s, cfg=run_cfg,
                                                where=where, repeat=r, ceiling_frames_per_s=ceiling_fps)
                         else:
                             res = run_one(reader, mode, compiled=c, source=s, cfg=run_cfg, where=where, repeat=r,

@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lerobot-python", default=None, metavar="PYTHON",
                    help="run the lerobot reader in this interpreter (LeRobot's own venv, e.g. "
                         "/work/venvs/lerobot/bin/python)")
+    p.add_argument("--no-isolate", action="store_true",
+                   help="run every reader in this process (default: each run in a fresh process of its own, so peak "
+                        "RSS and CPU time are that reader's alone)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--prefetch", type=int, default=2)
@@ -110,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
                         decode_threads=args.decode_threads)
         run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
                   cfg=cfg, repeats=args.repeats, out=out, remote_latency_ms=args.remote_latency_ms,
-                  ceiling=not args.no_ceiling, lerobot_python=args.lerobot_python)
+                  ceiling=not args.no_ceiling, lerobot_python=args.lerobot_python,
+                  isolate=not args.no_isolate)
     if args.compile:
         from roboreel.bench.compile_bench import CompileBenchConfig, compile_benchmark, markdown
 

@@ -72,10 +72,40 @@ class PendingBatch:
     release: list[ClipKey]  # clips no later batch reads (their episode left the pool)
     produce_seconds: float = 0.0  # worker time spent producing these samples
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Tabular tensors travel as numpy arrays, inline in the worker's pipe: a tensor would go through shared
+        memory, one file descriptor and one socket round trip to the resource sharer per tensor (~3% of the
+        training process's CPU at 480x640 for a dozen small tensors a batch)."""
+        state = dict(self.__dict__)
+        state["values"] = {k: _Inline(v.numpy()) if _inlinable(v) else v for k, v in self.values.items()}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["values"] = {k: torch.from_numpy(v.array) if isinstance(v, _Inline) else v
+                           for k, v in state["values"].items()}
+        self.__dict__.update(state)
+
     def pin_memory(self) -> PendingBatch:
         """Pinned tabular tensors (DataLoader ``pin_memory=True`` calls this), for asynchronous copies."""
         self.values = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in self.values.items()}
         return self
+
+
+@dataclass
+class _Inline:
+    """A tabular tensor's values on the way to the main process (``PendingBatch.__getstate__``)."""
+
+    array: Any
+
+
+def _inlinable(v: Any) -> bool:
+    """A CPU tensor numpy can hold exactly (not bfloat16 and the like), not needing grad."""
+    return (isinstance(v, torch.Tensor) and v.device.type == "cpu" and not v.requires_grad
+            and v.dtype in _NUMPY_DTYPES)
+
+
+_NUMPY_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                           torch.float16, torch.float32, torch.float64})
 
 
 def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]) -> PendingBatch:

@@ -33,10 +33,16 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from roboreel.reader.buffers import BufferPool
 from roboreel.reader.dataset import CompiledDataset
 from roboreel.reader.deferred import PendingBatch, collate_pending
 from roboreel.reader.gpu import DEFAULT_MAX_GPU_DECODERS, DeviceDecoders
-from roboreel.reader.heap import DECODE_CALL_BYTES, DECODE_MMAP_THRESHOLD_BYTES, pin_mmap_threshold
+from roboreel.reader.heap import (
+    DECODE_CALL_BYTES,
+    DECODE_MMAP_THRESHOLD_BYTES,
+    DECODE_TRIM_THRESHOLD_BYTES,
+    pin_mmap_threshold,
+)
 from roboreel.reader.prefetch import Prefetcher
 from roboreel.reader.resume import worker_batches
 from roboreel.reader.routing import Router
@@ -134,11 +140,12 @@ class DeviceLoader:
         self._stage: _Stage | None = None
         self._totals = {"batches": 0, "stage_seconds": 0.0, "wait_seconds": 0.0}
         self._routes: dict[str, Any] = {}
+        self._buffers = BufferPool()  # batch arrays reused across batches and epochs (buffers.py)
 
     # -- iteration -------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.close()  # one live iteration at a time (they share the dataset's position)
-        pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES)  # this process decodes: fast and flat (heap.py)
+        pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES, DECODE_TRIM_THRESHOLD_BYTES)  # this process decodes: fast and flat (heap.py)
         epoch = self.dataset.epoch
         resume, self._resume = self._resume, None
         self._batches = resume[1] if resume is not None and resume[0] == epoch else 0
@@ -253,7 +260,8 @@ class _Stage:
                           pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
                           max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,
                           channels_last=stream is not None,  # the GPU transposes (stage.py, "Layout")
-                          dtype=torch.float32 if stream is None and not ds.return_uint8 else torch.uint8)
+                          dtype=torch.float32 if stream is None and not ds.return_uint8 else torch.uint8,
+                          buffers=owner._buffers)
         flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
 
         def flush() -> None:

@@ -87,6 +87,7 @@ class DecodePool:
             ``frame / 255`` (numpy, float32: the same correctly rounded division as torch's ``x / 255.0``)
             straight into the float32 batch, fusing the transposing copy and the conversion into one pass, with
             no intra-op OpenMP team competing for the cores.
+        buffers: where CPU batch tensors come from (buffers.py); a loader passes its own, kept across iterations.
 
     Layout: torchcodec returns frames as channels-last memory seen through a [C, H, W] view. Copying one into a
     contiguous [C, H, W] slot is a transposing copy, ~1 ms per 480x640 frame here, as much as decoding it; copying
@@ -97,7 +98,8 @@ class DecodePool:
 
     def __init__(self, *, threads: int, make_decoders: Callable[[], Any], cameras: dict[str, CameraSpec],
                  staging: dict[str, torch.device], pin: bool, tolerance_s: float, max_open_clips: int = 4096,
-                 stream: Any = None, channels_last: bool = False, dtype: torch.dtype = torch.uint8) -> None:
+                 stream: Any = None, channels_last: bool = False, dtype: torch.dtype = torch.uint8,
+                 buffers: BufferPool | None = None) -> None:
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
             raise ValueError(f"decode_threads must be an integer >= 1, got {threads!r}")
         self.threads, self.make_decoders, self.cameras = threads, make_decoders, cameras
@@ -108,7 +110,7 @@ class DecodePool:
                              "by the threads only when the batch stays on the CPU")
         self.dtype = dtype
         self.store = ClipStore()
-        self.buffers = BufferPool()
+        self.buffers = BufferPool() if buffers is None else buffers  # the loader's: kept across epochs
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="roboreel-decode-pool")
         self._slots: OrderedDict[ClipKey, Any] = OrderedDict()  # live clip -> its decoders (LRU order)
         self._tails: dict[ClipKey, Future] = {}  # the last task submitted for each clip
@@ -259,7 +261,6 @@ class DecodePool:
         self._slots.clear()
         self._tails.clear()
         self.store.clear()
-        self.buffers.clear()
 
 
 def _forward(src: Future, dst: Future) -> None:
