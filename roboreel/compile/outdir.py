@@ -146,7 +146,7 @@ def _read_bytes(path: str) -> bytes | None:
 def write_snapshot(out: str, source: LeRobotSource) -> None:
     """Copy the source's meta/ files (info, tasks, stats, episodes) under OUT/.roboreel-parts/source/."""
     rels = [v3.INFO_PATH, v3.TASKS_PATH, *source.episode_files()]
-    if source.exists(v3.STATS_PATH):
+    if source.stats is not None:  # not ``exists``: over HTTP a transient fault would drop the stats silently
         rels.append(v3.STATS_PATH)
     for rel in rels:
         dest = os.path.join(out, SNAPSHOT_DIR, rel)

@@ -109,11 +109,15 @@ class SourceInfo:
         return [k for k, f in self.features.items() if f.get("dtype") != "video"]
 
 
-def _read_json(fs: fsspec.AbstractFileSystem, path: str, rel: str) -> Any:
+def _read_json(fs: fsspec.AbstractFileSystem, path: str, rel: str, *, wrap_missing: bool = True) -> Any:
+    """A JSON file; a missing one raises SourceError naming it, or (``wrap_missing=False``) FileNotFoundError
+    for the caller to decide."""
     try:
         with fs.open(path, "rb") as f:
             text = f.read()
     except FileNotFoundError as e:
+        if not wrap_missing:
+            raise
         raise SourceError("missing file", file=rel) from e
     try:
         return json.loads(text)
@@ -178,11 +182,16 @@ class LeRobotSource:
         return self.fs.exists(self.path(rel))
 
     # -- metadata ---------------------------------------------------------------------------------------
+    # info and stats are opened directly, not after an ``exists`` check: over HTTP, fsspec's ``exists`` is False
+    # for any failed request, so a transient 503 would read as "not a LeRobot dataset" or "no stats". Opening
+    # tells a missing file (FileNotFoundError) from a fault, which then propagates as the I/O error it is.
     @cached_property
     def info(self) -> SourceInfo:
-        if not self.exists(INFO_PATH):
-            raise SourceError(f"not a LeRobot v3 dataset: {self.url} has no {INFO_PATH}", file=INFO_PATH)
-        return SourceInfo.from_dict(_read_json(self.fs, self.path(INFO_PATH), INFO_PATH))
+        try:
+            raw = _read_json(self.fs, self.path(INFO_PATH), INFO_PATH, wrap_missing=False)
+        except FileNotFoundError as e:
+            raise SourceError(f"not a LeRobot v3 dataset: {self.url} has no {INFO_PATH}", file=INFO_PATH) from e
+        return SourceInfo.from_dict(raw)
 
     @property
     def fps(self) -> int:
@@ -195,9 +204,10 @@ class LeRobotSource:
     @cached_property
     def stats(self) -> dict[str, Any] | None:
         """meta/stats.json, or None when the dataset has none."""
-        if not self.exists(STATS_PATH):
+        try:
+            return _read_json(self.fs, self.path(STATS_PATH), STATS_PATH, wrap_missing=False)
+        except FileNotFoundError:
             return None
-        return _read_json(self.fs, self.path(STATS_PATH), STATS_PATH)
 
     @cached_property
     def tasks(self) -> dict[int, str]:
