@@ -12,16 +12,15 @@ import json
 import os
 import shutil
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 
-import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.synth.content import action_row, render_frame, state_row
+from roboreel.synth.videofile import Roller, VideoFileWriter
 
 DEFAULT_CAMERAS = ("observation.images.top", "observation.images.wrist")
 _TASKS = (
@@ -34,7 +33,6 @@ _TASKS = (
 )
 
 
-_COMPRESSION_ESTIMATE = 25.0  # yuv420p bytes / encoded bytes assumed when rolling video files over
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,7 @@ class SynthConfig:
     # libsvtav1 speed preset. 10, not the fastest 12: at 224x224, preset 12 at crf 30 blurs inter frames to
     # 23-29 dB and breaks ~10% of pixel codes; 10 breaks none for ~10% more synth time (measured).
     preset: int | None = 10
-    video_files_size_in_mb: float = 0.02  # roll over past this estimated size (see _VideoFileWriter.frame_bytes)
+    video_files_size_in_mb: float = 0.02  # roll over past this estimated size (see videofile.VideoFileWriter.frame_bytes)
     data_files_size_in_mb: float = 0.01
     chunks_size: int = 1000
     row_groups: str = "episode"  # "episode": one per episode (LeRobot >= #3807); "file": one per file (older)
@@ -76,90 +74,6 @@ class SynthSummary:
     frames: int
     video_files: dict[str, int] = field(default_factory=dict)  # camera -> number of mp4 files
     data_files: int = 0
-
-
-class _Roller:
-    """Chunk/file indices that roll over like LeRobot's: file_index wraps at chunks_size into the next chunk."""
-
-    def __init__(self, chunks_size: int) -> None:
-        self.chunks_size, self.chunk, self.file = chunks_size, 0, 0
-
-    def next(self) -> None:
-        self.file += 1
-        if self.file >= self.chunks_size:
-            self.chunk, self.file = self.chunk + 1, 0
-
-
-class _VideoFileWriter:
-    """Appends episodes of one camera to the current mp4 until it passes the size limit, then starts the next."""
-
-    def __init__(self, root: Path, key: str, cfg: SynthConfig) -> None:
-        self.root, self.key, self.cfg = root, key, cfg
-        self.roller = _Roller(cfg.chunks_size)
-        self.container = None
-        self.files = 0
-
-    def _open(self) -> None:
-        rel = v3.DEFAULT_VIDEO_PATH.format(video_key=self.key, chunk_index=self.roller.chunk, file_index=self.roller.file)
-        path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.container = av.open(str(path), "w", format="mp4")
-        stream = self.container.add_stream(self.cfg.codec, rate=self.cfg.fps)
-        stream.width, stream.height, stream.pix_fmt = self.cfg.width, self.cfg.height, "yuv420p"
-        opts = {"g": str(self.cfg.g), "crf": str(self.cfg.crf)}
-        if self.cfg.codec == "libsvtav1" and self.cfg.preset is not None:
-            opts["preset"] = str(self.cfg.preset)
-        # Episodes start closed GOPs (forced keyframes are IDRs), as in LeRobot's files, where each episode is
-        # encoded on its own and concatenated: no frame of an episode references the previous one.
-        if self.cfg.codec == "libx264":
-            opts["forced-idr"] = "1"
-        if self.cfg.codec == "libx265":
-            opts["x265-params"] = "log-level=error:open-gop=0"
-            stream.codec_tag = "hvc1"
-        stream.options = opts
-        self.stream, self.n = stream, 0
-        self.files += 1
-
-    @property
-    def frame_bytes(self) -> float:
-        """Estimated encoded bytes per frame. Rollover uses this, not the bytes muxed so far: SVT-AV1 is
-        multi-threaded, so how many packets have come back when an episode ends varies from run to run, and
-        the file layout must not. Measured here at LeRobot's settings: ~19:1 at 64x64, ~37:1 at 224x224."""
-        return self.cfg.width * self.cfg.height * 1.5 / _COMPRESSION_ESTIMATE
-
-    def add_episode(self, frames: list[np.ndarray]) -> tuple[int, int, float, float]:
-        """Encode one episode; returns (chunk_index, file_index, from_timestamp, to_timestamp)."""
-        if self.container is None:
-            self._open()
-        loc = (self.roller.chunk, self.roller.file)
-        start = self.n
-        for k, arr in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(arr, format="rgb24")
-            frame.pts, frame.time_base = self.n, Fraction(1, self.cfg.fps)
-            if k == 0:
-                frame.pict_type = av.video.frame.PictureType.I  # episodes start on a keyframe, as LeRobot's concat
-            for packet in self.stream.encode(frame):
-                self._mux(packet)
-            self.n += 1
-        span = (loc[0], loc[1], start / self.cfg.fps, self.n / self.cfg.fps)
-        if self.n * self.frame_bytes >= self.cfg.video_files_size_in_mb * 1e6:
-            self.close()
-            self.roller.next()
-        return span
-
-    def _mux(self, packet: av.Packet) -> None:
-        if self.cfg.codec == "libsvtav1" and packet.pts is not None:
-            # AV1 packets come in presentation order (no reordering), so dts = pts is always valid; it avoids an
-            # intermittent "non monotonically increasing dts" EINVAL seen from SVT-AV1 under heavy load.
-            packet.dts = packet.pts
-        self.container.mux(packet)
-
-    def close(self) -> None:
-        if self.container is not None:
-            for packet in self.stream.encode():
-                self._mux(packet)
-            self.container.close()
-            self.container = None
 
 
 def _features(cfg: SynthConfig) -> dict:
@@ -285,8 +199,8 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
     _write_tasks(root, tasks)
 
     lengths = cfg.lengths()
-    videos = {key: _VideoFileWriter(root, key, cfg) for key in cfg.cameras}
-    data_roll = _Roller(cfg.chunks_size)
+    videos = {key: VideoFileWriter(root, key, cfg) for key in cfg.cameras}
+    data_roll = Roller(cfg.chunks_size)
     data_pending: list[pa.Table] = []
     data_bytes = 0
     ep_rows: list[dict] = []
