@@ -95,6 +95,29 @@ def test_pool_resume_mid_epoch_equals_an_uninterrupted_dataloader_run(compiled, 
     assert_same_batches(list(DataLoader(ds, batch_size=4, num_workers=num_workers)), rest)
 
 
+@pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])
+def test_batch_buffers_are_reused_only_once_the_loop_let_go(compiled, uint8):
+    """Batch arrays come back once no tensor refers to them (reader/buffers.py): a loop that drops each batch gets
+    reused arrays, and batches it keeps are never written again, across two epochs."""
+    make = _make(compiled, return_uint8=uint8, delta_timestamps=WINDOWS)
+    ds = make()
+    dl = roboreel.loader(ds, batch_size=4, num_workers=0, decode_threads=2)
+    for epoch in (1, 2):
+        ds.set_epoch(epoch)
+        ref = make()
+        ref.set_epoch(epoch)
+        want = list(DataLoader(ref, batch_size=4))
+        kept, copies = [], []
+        for i, batch in enumerate(dl):
+            assert_same_batches([batch], [want[i]])
+            if i % 3 == 0:  # keep every third batch, as a loop holding some batches (or views of them) would
+                kept.append(batch["observation.images.top"][1:])
+                copies.append(kept[-1].clone())
+        for k, c in zip(kept, copies, strict=True):
+            assert torch.equal(k, c)  # a held batch was never handed out again
+    assert dl._buffers.reused > 0
+
+
 def test_each_clip_is_opened_once_and_released(compiled):
     """Decoders are reused per clip across batches: a clip (lane 0, single frames) is opened exactly once per
     worker stream, however many batches read it, and closed when its episode leaves the pool."""
