@@ -69,6 +69,22 @@ def test_pool_batches_equal_the_dataloader_batches(compiled, num_workers, uint8,
     assert top.shape == ((5, 3, 3, 64, 64) if windows else (5, 3, 64, 64))
 
 
+@pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])
+@pytest.mark.parametrize("windows", [None, WINDOWS], ids=["single", "windows"])
+def test_channels_last_batches_hold_the_same_values_in_decoder_order(compiled, uint8, windows):
+    """``channels_last=True``: same shapes, dtypes and values as the DataLoader's, channels-last memory (no
+    transposing copy on the CPU)."""
+    make = _make(compiled, return_uint8=uint8, delta_timestamps=windows)
+    want = list(DataLoader(make(), batch_size=5))
+    got = list(roboreel.loader(make(), batch_size=5, decode_threads=2, channels_last=True))
+    assert_same_batches(got, want)
+    _assert_same_frames(got, want)
+    for batch in got:
+        for cam in CAMERAS:
+            x = batch[cam].flatten(0, 1) if windows else batch[cam]
+            assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])
 def test_pool_resume_mid_epoch_equals_an_uninterrupted_dataloader_run(compiled, num_workers, uint8):

@@ -4,6 +4,8 @@
   cross to the main process. With ``decode_device="cuda"`` it is read through ``roboreel.loader`` instead.
 - ``loader``: ``roboreel.loader(CompiledDataset(...))``, the recommended way to train: workers ship compressed
   clips and frame requests, a pool of decode threads in the main process decodes into the batch tensors.
+- ``loader_cl``: the same with ``channels_last=True``: frames keep the decoder's memory order, no transposing copy
+  on the CPU (what the loader's CPU work is when batches go to a GPU, which transposes them there).
 - ``reference``: roboreel's map-style reader over the *source* (random sampler, batched ``__getitems__``,
   decoder reuse): the honest fast baseline for reading LeRobot v3 as it is published.
 - ``lerobot``: LeRobot's own ``LeRobotDataset`` over the source (``return_uint8`` as the run asks), when
@@ -23,9 +25,9 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-Reader = Literal["compiled", "loader", "reference", "lerobot"]
+Reader = Literal["compiled", "loader", "loader_cl", "reference", "lerobot"]
 Mode = Literal["single", "sarm"]
-READERS: tuple[str, ...] = ("compiled", "loader", "reference", "lerobot")
+READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "reference", "lerobot")
 MODES: tuple[str, ...] = ("single", "sarm")
 LATENCY_KEY = "__bench_latency_s"
 
@@ -109,7 +111,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
           decode_device: str = "cpu", storage_options: dict | None = None, uint8: bool = False) -> Built:
     """Construct one reader's dataset for ``mode`` (``uint8``: camera frames as uint8, for every reader)."""
     dts = delta_timestamps(mode)
-    if reader in ("compiled", "loader"):
+    if reader in ("compiled", "loader", "loader_cl"):
         from roboreel.reader import CompiledDataset
         from roboreel.reader.options import DecodeOptions, StreamOptions
 
@@ -119,7 +121,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
             kwargs["episode_pool_size"] = pool_size
         ds = CompiledDataset(compiled, **kwargs)
         return Built(TimedIterable(ds), map_style=False, stats=ds.stats, camera_keys=tuple(ds.camera_keys), compiled=ds,
-                     staged=reader == "loader" or decode_device != "cpu")
+                     staged=reader != "compiled" or decode_device != "cpu")
     if reader == "reference":
         from roboreel.bench.reference import ReferenceDataset
 

@@ -74,7 +74,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
         from roboreel.reader.loader import DeviceLoader
 
         loader: Any = DeviceLoader(built.compiled, prefetch_batches=cfg.prefetch, decode_threads=cfg.decode_threads,
-                                   **loader_kwargs)
+                                   channels_last=reader == "loader_cl", **loader_kwargs)
     else:
         loader = DataLoader(built.dataset, **loader_kwargs)
     device = torch.device(cfg.decode_device)

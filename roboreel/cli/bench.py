@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--modes", default="single,sarm")
     p.add_argument("--readers", default="compiled,loader,reference,lerobot",
                    help="compiled = DataLoader(CompiledDataset), loader = roboreel.loader (decode threads in the main "
-                        "process), reference, lerobot = LeRobotDataset")
+                        "process), loader_cl = the same with channels_last=True, reference, lerobot = LeRobotDataset")
     p.add_argument("--decode-threads", type=int, default=None,
                    help="the loader reader's decode threads (default: the available cores)")
     p.add_argument("--lerobot-python", default=None, metavar="PYTHON",

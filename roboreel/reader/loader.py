@@ -88,6 +88,10 @@ class DeviceLoader:
         decode_threads: decode threads in this process (default: the cores it may use, ``os.sched_getaffinity``).
         inflight_batches: batches decoded at once (threads move on to the next batch while one clip finishes).
         max_gpu_decoders: open GPU decoders (NVDEC sessions) at most; least recently used closed beyond it.
+        channels_last: camera tensors keep the decoder's memory order: the same shape [B, (T,) C, H, W] and values,
+            channels-last strides (``torch.channels_last`` for 4-D), as convolutions on a GPU prefer. On the CPU this
+            skips the transposing copy into [C, H, W] memory, a quarter of the CPU a 480x640 frame costs
+            (docs/benchmarks.md). Off by default: code that calls ``.view()`` on a frame needs contiguous memory.
         **dataloader_kwargs: passed to the DataLoader (``prefetch_factor``, ``persistent_workers``,
             ``pin_memory``, ``drop_last``, ``multiprocessing_context``, ...); not ``collate_fn``/samplers.
 
@@ -106,6 +110,7 @@ class DeviceLoader:
         inflight_batches: int = 2,
         max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS,
         device: str | torch.device | None = None,
+        channels_last: bool = False,
         **dataloader_kwargs: Any,
     ) -> None:
         if not isinstance(dataset, CompiledDataset):
@@ -124,7 +129,9 @@ class DeviceLoader:
         if dataloader_kwargs.get("in_order", True) is not True:
             raise ValueError("in_order must be True: clip bytes are shipped once per worker and need its batches "
                              "in order")
-        self.dataset = dataset
+        if not isinstance(channels_last, bool):
+            raise ValueError(f"channels_last must be True or False, got {channels_last!r}")
+        self.dataset, self.channels_last = dataset, channels_last
         self.prefetch_batches, self.max_gpu_decoders = prefetch_batches, max_gpu_decoders
         self.decode_threads, self.inflight_batches = decode_threads, inflight_batches
         self.device = None if device is None else torch.device(device)
@@ -205,11 +212,11 @@ class DeviceLoader:
 
 
 def loader(dataset: CompiledDataset, *, batch_size: int, num_workers: int = 0, prefetch_batches: int = 2,
-           decode_threads: int | None = None, **dataloader_kwargs: Any) -> DeviceLoader:
+           decode_threads: int | None = None, channels_last: bool = False, **dataloader_kwargs: Any) -> DeviceLoader:
     """Batches of ``dataset`` decoded by a pool of threads in this process: ``DeviceLoader(...)``. The way to
     train: decoded pixels never cross a process boundary (docs/reader.md)."""
     return DeviceLoader(dataset, batch_size=batch_size, num_workers=num_workers, prefetch_batches=prefetch_batches,
-                        decode_threads=decode_threads, **dataloader_kwargs)
+                        decode_threads=decode_threads, channels_last=channels_last, **dataloader_kwargs)
 
 
 def _device_info(decode_device: str) -> tuple[torch.device, tuple[int, int] | None]:
@@ -259,7 +266,8 @@ class _Stage:
         pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
                           pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
                           max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,
-                          channels_last=stream is not None,  # the GPU transposes (stage.py, "Layout")
+                          # the decoder's own memory order: the GPU transposes (stage.py, "Layout"), or no one does
+                          channels_last=stream is not None or owner.channels_last,
                           dtype=torch.float32 if stream is None and not ds.return_uint8 else torch.uint8,
                           buffers=owner._buffers)
         flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
@@ -279,7 +287,7 @@ class _Stage:
             job.wait()
             with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                 batch = finish_batch(job, device=self.device, return_uint8=ds.return_uint8,
-                                     image_transforms=ds.image_transforms)
+                                     image_transforms=ds.image_transforms, channels_last=owner.channels_last)
             if stream is not None:
                 stream.synchronize()  # blocks this thread only; the batch is complete when handed over
             now = time.perf_counter()
@@ -304,12 +312,13 @@ class _Stage:
 
 
 def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
-                 image_transforms: Callable[[torch.Tensor], torch.Tensor] | None) -> dict[str, Any]:
+                 image_transforms: Callable[[torch.Tensor], torch.Tensor] | None,
+                 channels_last: bool = False) -> dict[str, Any]:
     """The collated batch of a decoded job, on ``device``: the CPU path's keys, order, shapes, dtypes and values.
 
     uint8 is the wire format: the pixels cross to the device as uint8 and become float32 there, in one
     ``x / 255.0`` (the CPU path's arithmetic, so values are bit-identical on the CPU), which also makes channels-last
-    staged frames contiguous [.., C, H, W]."""
+    staged frames contiguous [.., C, H, W] (``channels_last``: the division keeps their memory order instead)."""
     pending = job.pending
     out: dict[str, Any] = {}
     for cam, plan in pending.cameras.items():
@@ -317,9 +326,10 @@ def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
         if job.channels_last:
             x = x.permute(0, 3, 1, 2)  # a view; made contiguous by the division or the copy below
         if not return_uint8 and x.dtype == torch.uint8:
-            y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+            y = (torch.empty_like(x, dtype=torch.float32) if channels_last  # same strides: channels last
+                 else torch.empty(x.shape, dtype=torch.float32, device=x.device))
             x = torch.div(x, 255.0, out=y)  # uint8 / Python float -> float32, one pass, where the batch lands
-        elif job.channels_last:
+        elif job.channels_last and not channels_last:
             x = x.contiguous()
         if plan.stacked:
             x = x.view(pending.size, plan.window, *x.shape[1:])

@@ -105,9 +105,9 @@ class DecodePool:
         self.threads, self.make_decoders, self.cameras = threads, make_decoders, cameras
         self.staging, self.pin, self.tolerance_s = staging, pin, tolerance_s
         self.max_open_clips, self.stream, self.channels_last = max_open_clips, stream, channels_last
-        if dtype not in (torch.uint8, torch.float32) or (dtype == torch.float32 and (channels_last or pin)):
-            raise ValueError(f"dtype {dtype} with channels_last={channels_last}, pin={pin}: float32 batches are made "
-                             "by the threads only when the batch stays on the CPU")
+        if dtype not in (torch.uint8, torch.float32) or (dtype == torch.float32 and pin):
+            raise ValueError(f"dtype {dtype} with pin={pin}: float32 batches are made by the threads only when the "
+                             "batch stays on the CPU")
         self.dtype = dtype
         self.store = ClipStore()
         self.buffers = BufferPool() if buffers is None else buffers  # the loader's: kept across epochs
