@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tarfile
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +18,7 @@ from roboreel.reader.decode import (
     ClipDecoders,
     FrameRequest,
     PendingSample,
+    _calls,
     materialize,
 )
 from roboreel.reader.plan import Slice
@@ -207,3 +210,25 @@ def test_approximate_seek_mode_is_exact_on_compiled_clips(medium):
         for f in order:
             (a, pa), (e, pe) = approx.frames(clip, {f: 0})[f], exact.frames(clip, {f: 0})[f]
             assert torch.equal(a, e) and pa == pe == pytest.approx(f / m.fps, abs=1e-9)
+
+
+def test_a_call_mixing_two_gop_runs_continues_before_it_seeks_back(medium):
+    """A batch holding the end of one GOP run of a clip and the start of an earlier one ([20, 44] with the decoder
+    at 43): the decoder continues to 44 first, then seeks back to 20, in two calls (one sorted call would seek to
+    20 and then re-decode 40-43 to reach 44), and every frame is the one asked for (pixel codes), also after."""
+    _, compiled = medium
+    ds = CompiledDataset(str(compiled))
+    ep = max(ds.manifest.episodes, key=lambda e: e.length)
+    assert ep.length >= 50
+    shard = next(s for s in ds.manifest.shards if ep.index in s.episodes)
+    with tarfile.open(compiled / shard.path) as tar:
+        data = tar.extractfile(f"{ep.index:06d}.{CAMERAS[0]}.mp4").read()
+    clip = Clip(shard.path, ep.index, CAMERAS[0], data)
+    decoders = ClipDecoders()
+    for asked, calls in (([40, 41, 42], 1), ([43], 1), ([20, 44], 2), ([21, 22], 1), ([45, 46], 1), ([23, 47], 2)):
+        before = decoders.stats.decode_calls
+        got = decoders.frames(clip, dict.fromkeys(asked, 0))
+        assert decoders.stats.decode_calls - before == calls
+        assert [codes(got[f][0])[0][:2] for f in asked] == [(ep.from_index + f, ep.index) for f in asked]
+    assert list(_calls([5, 9, 40, 41], 8, 1)) == [[9], [40], [41], [5]]
+    assert list(_calls([5, 9, 40, 41], -1, 3)) == [[5, 9, 40], [41]]
