@@ -145,7 +145,7 @@ def test_a_remote_root_gives_the_same_batches(lerobot_pair):
     assert got == want
 
 
-def _prepared(ds, loader):
+def _prepared(ds, loader, **kw):
     """``accelerator.prepare(DataLoader(ds))`` as lerobot-train calls it, with ``--roboreel.loader=loader``."""
     from accelerate import Accelerator
 
@@ -153,7 +153,7 @@ def _prepared(ds, loader):
     from roboreel.integrations.lerobot.options import LoaderOptions
 
     with patched(LoaderOptions(loader=loader)):
-        return Accelerator(cpu=True).prepare(torch.utils.data.DataLoader(ds, batch_size=BATCH))
+        return Accelerator(cpu=True).prepare(torch.utils.data.DataLoader(ds, batch_size=BATCH, **kw))
 
 
 @pytest.mark.parametrize("loader", ["stage", "dataloader"])
@@ -191,3 +191,14 @@ def test_the_stage_loader_resumes_where_the_checkpointed_step_left_off(lerobot_p
     got = list(itertools.islice(iter(prepared), 3))
     assert_same_batches(got, stream[step:step + 3])
     assert (prepared.state_dict()["epoch"], prepared.state_dict()["batches"]) == (1, 2 + 3)  # counts on
+
+
+def test_a_language_collate_keeps_the_dataloader(lerobot_pair, caplog):
+    from accelerate.data_loader import DataLoaderShard
+    from lerobot.utils.collate import lerobot_collate_fn
+
+    _, compiled = lerobot_pair
+    ds, _ = roboreel_datasets(_cfg(compiled))
+    prepared = _prepared(ds, "stage", collate_fn=lerobot_collate_fn)  # lerobot-train's, with language columns
+    assert isinstance(prepared, DataLoaderShard)
+    assert "the decode stage cannot read this DataLoader (a custom collate_fn ('lerobot_collate_fn'))" in caplog.text

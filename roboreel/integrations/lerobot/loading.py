@@ -16,7 +16,6 @@ start each pass with ``set_epoch(n)`` as accelerate's DataLoaderShard does, and 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +24,6 @@ import torch
 from roboreel.reader.dataset import CompiledDataset
 from roboreel.reader.loader import DeviceLoader, loader
 
-logger = logging.getLogger(__name__)
 
 def stage_unsupported(data_loader: torch.utils.data.DataLoader) -> str | None:
     """Why ``data_loader`` cannot be replaced by the decode stage, or None. The stage collates itself, so a
