@@ -5,8 +5,9 @@ forward/backward. This builds the loader exactly as ``roboreel lerobot-train`` d
 ``make_train_eval_datasets`` for the policy's delta timestamps, lerobot_train's DataLoader arguments and worker
 options, ``accelerator.prepare`` with roboreel's patch) and times the first part over ``--batches`` batches after
 ``--warmup``: wall seconds and CPU seconds of the whole process tree (this process, its threads, the DataLoader
-workers) per batch. CPU seconds are the figure that survives a busy machine: on a CPU-only trainer they are
-taken from the model. Runs in LeRobot's venv:
+workers) per batch, and the reader's own decode seconds per sample (wall time inside decode calls, summed over
+threads and workers: inflated on a busy machine). On a CPU-only trainer the CPU seconds are taken from the
+model; on a GPU trainer the wall seconds are what the step may wait for. Runs in LeRobot's venv:
 
     PYTHONPATH=$PWD /work/venvs/lerobot/bin/python scripts/bench_lerobot_loader.py /work/bench/aloha-c \\
         --loader stage --batch-size 8 --num-workers 2 --batches 100

@@ -96,9 +96,9 @@ def test_resume_continues_after_the_checkpointed_step(lerobot_pair, tmp_path):
         roboreel_datasets(cfg)
 
 
-def _epoch(ds, epoch):
+def _epoch(ds, epoch, **kw):
     ds.set_epoch(epoch)
-    return list(torch.utils.data.DataLoader(ds, batch_size=BATCH))
+    return list(torch.utils.data.DataLoader(ds, batch_size=BATCH, **kw))
 
 
 def test_unsupported_options_are_refused_by_name(lerobot_pair):
@@ -156,21 +156,29 @@ def _prepared(ds, loader, **kw):
         return Accelerator(cpu=True).prepare(torch.utils.data.DataLoader(ds, batch_size=BATCH, **kw))
 
 
+# lerobot-train's worker options (spawn, prefetch_factor 4), without its persistent workers: their shutdown when
+# roboreel.loader's inner DataLoader is collected waits out torch's 2 x 5 s join timeout (the lerobot-train runs
+# in test_lerobot_train.py use them; across epochs they are tests/test_reader_gpu.py's)
+WORKERS = {0: {}, 2: {"num_workers": 2, "multiprocessing_context": "spawn", "persistent_workers": False,
+                      "prefetch_factor": 4}}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("loader", ["stage", "dataloader"])
-def test_every_pass_through_the_prepared_loader_is_a_new_epoch(lerobot_pair, loader):
+def test_every_pass_through_the_prepared_loader_is_a_new_epoch(lerobot_pair, loader, workers):
     from lerobot.utils.utils import cycle
 
     from roboreel.integrations.lerobot.loading import StageLoader
 
     _, compiled = lerobot_pair
     ds, _ = roboreel_datasets(_cfg(compiled))
-    prepared = _prepared(ds, loader)
+    prepared = _prepared(ds, loader, **WORKERS[workers])
     assert isinstance(prepared, StageLoader) is (loader == "stage")
     per_epoch = len(prepared)
     assert per_epoch == math.ceil(ds.num_frames / BATCH)
     got = list(itertools.islice(cycle(prepared), 2 * per_epoch))  # as lerobot-train loops
     fresh, _ = roboreel_datasets(_cfg(compiled))
-    want = [b for e in (0, 1) for b in _epoch(fresh, e)]
+    want = [b for e in (0, 1) for b in _epoch(fresh, e, **WORKERS[workers])]
     assert_same_batches(got, want)  # keys, order, dtypes (uint8 frames), every value
     indices = [batch_indices(b) for b in got]
     assert indices[:per_epoch] != indices[per_epoch:]  # reshuffled
