@@ -1,5 +1,6 @@
-"""``roboreel lerobot-train``'s command line: every argument after the verb reaches lerobot-train untouched, and
-without LeRobot the command says how to get it and fails. (Training itself: tests/integration/.)"""
+"""``roboreel lerobot-train``'s command line: every argument after the verb reaches lerobot-train untouched except
+roboreel's own ``--roboreel.*`` options, which are taken out first (and refused by name when wrong), and without
+LeRobot the command says how to get it and fails. (Training itself: tests/integration/.)"""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from roboreel.cli import _split_passthrough
 from roboreel.integrations.lerobot import lerobot_available
+from roboreel.integrations.lerobot.options import LoaderOptions
 
 
 def test_arguments_after_the_verb_are_passed_on_untouched():
@@ -25,3 +27,30 @@ def test_without_lerobot_it_says_how_to_get_it():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "pip install 'roboreel[lerobot]'" in proc.stderr and proc.stdout == ""
+
+
+def test_roboreel_options_are_taken_out_before_lerobot_parses_the_rest():
+    rest = ["--policy.type=act", "--batch_size=8", "--dataset.root=/x"]
+    assert LoaderOptions.from_argv(rest) == (LoaderOptions(loader="stage", decode_threads=None), rest)
+    argv = [rest[0], "--roboreel.loader=dataloader", rest[1], "--roboreel.decode_threads", "3", rest[2]]
+    assert LoaderOptions.from_argv(argv) == (LoaderOptions(loader="dataloader", decode_threads=3), rest)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--roboreel.loader=fast"], "--roboreel.loader='fast': expected one of ['stage', 'dataloader']"),
+    (["--roboreel.decode_threads=0"], "--roboreel.decode_threads must be an integer >= 1, got 0"),
+    (["--roboreel.decode_threads=many"], "--roboreel.decode_threads must be an integer >= 1, got 'many'"),
+    (["--roboreel.workers=2"], "unknown option --roboreel.workers"),
+    (["--roboreel.loader"], "--roboreel.loader needs a value"),
+])
+def test_wrong_roboreel_options_are_refused_by_name(argv, message):
+    with pytest.raises(ValueError) as e:
+        LoaderOptions.from_argv(argv)
+    assert message in str(e.value)
+
+
+def test_a_wrong_loader_fails_before_lerobot_starts():
+    proc = subprocess.run([sys.executable, "-m", "roboreel.cli", "lerobot-train", "--roboreel.loader=fast",
+                           "--policy.type=act"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "roboreel lerobot-train: error: --roboreel.loader='fast': expected one of" in proc.stderr

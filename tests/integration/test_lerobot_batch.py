@@ -22,6 +22,7 @@ from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig  
 from lerobot.utils.constants import IMAGENET_STATS  # noqa: E402
 from lerobot_support import REPO_ID, lerobot_pair_fixture  # noqa: E402, F401
 from support.datasets import assert_same_sample, batch_indices  # noqa: E402
+from support.resume import assert_same_batches  # noqa: E402
 
 from roboreel.integrations.lerobot.datasets import make_train_eval_datasets as roboreel_datasets  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
@@ -95,9 +96,9 @@ def test_resume_continues_after_the_checkpointed_step(lerobot_pair, tmp_path):
         roboreel_datasets(cfg)
 
 
-def _epoch(ds, epoch):
+def _epoch(ds, epoch, **kw):
     ds.set_epoch(epoch)
-    return list(torch.utils.data.DataLoader(ds, batch_size=BATCH))
+    return list(torch.utils.data.DataLoader(ds, batch_size=BATCH, **kw))
 
 
 def test_unsupported_options_are_refused_by_name(lerobot_pair):
@@ -144,19 +145,67 @@ def test_a_remote_root_gives_the_same_batches(lerobot_pair):
     assert got == want
 
 
-def test_every_pass_through_the_prepared_loader_is_a_new_epoch(lerobot_pair):
+def _prepared(ds, loader, **kw):
+    """``accelerator.prepare(DataLoader(ds))`` as lerobot-train calls it, with ``--roboreel.loader=loader``."""
     from accelerate import Accelerator
-    from lerobot.utils.utils import cycle
 
     from roboreel.integrations.lerobot.launch import patched
+    from roboreel.integrations.lerobot.options import LoaderOptions
+
+    with patched(LoaderOptions(loader=loader)):
+        return Accelerator(cpu=True).prepare(torch.utils.data.DataLoader(ds, batch_size=BATCH, **kw))
+
+
+# lerobot-train's worker options (spawn, prefetch_factor 4), without its persistent workers: their shutdown when
+# roboreel.loader's inner DataLoader is collected waits out torch's 2 x 5 s join timeout (the lerobot-train runs
+# in test_lerobot_train.py use them; across epochs they are tests/test_reader_gpu.py's)
+WORKERS = {0: {}, 2: {"num_workers": 2, "multiprocessing_context": "spawn", "persistent_workers": False,
+                      "prefetch_factor": 4}}
+
+
+@pytest.mark.parametrize(("loader", "workers"), [("stage", 0), ("stage", 2), ("dataloader", 0)])
+def test_every_pass_through_the_prepared_loader_is_a_new_epoch(lerobot_pair, loader, workers):
+    from lerobot.utils.utils import cycle
+
+    from roboreel.integrations.lerobot.loading import StageLoader
 
     _, compiled = lerobot_pair
     ds, _ = roboreel_datasets(_cfg(compiled))
-    with patched():
-        loader = Accelerator(cpu=True).prepare(torch.utils.data.DataLoader(ds, batch_size=BATCH))
-    per_epoch = len(loader)
+    prepared = _prepared(ds, loader, **WORKERS[workers])
+    assert isinstance(prepared, StageLoader) is (loader == "stage")
+    per_epoch = len(prepared)
     assert per_epoch == math.ceil(ds.num_frames / BATCH)
-    got = [batch_indices(b) for b in itertools.islice(cycle(loader), 2 * per_epoch)]  # as lerobot-train loops
+    got = list(itertools.islice(cycle(prepared), 2 * per_epoch))  # as lerobot-train loops
     fresh, _ = roboreel_datasets(_cfg(compiled))
-    assert got == [batch_indices(b) for e in (0, 1) for b in _epoch(fresh, e)]
-    assert got[:per_epoch] != got[per_epoch:]  # reshuffled
+    want = [b for e in (0, 1) for b in _epoch(fresh, e, **WORKERS[workers])]
+    assert_same_batches(got, want)  # keys, order, dtypes (uint8 frames), every value
+    indices = [batch_indices(b) for b in got]
+    assert indices[:per_epoch] != indices[per_epoch:]  # reshuffled
+
+
+def test_the_stage_loader_resumes_where_the_checkpointed_step_left_off(lerobot_pair, tmp_path):
+    _, compiled = lerobot_pair
+    stream = [b for e in (0, 1) for b in _epoch(roboreel_datasets(_cfg(compiled))[0], e)]
+    per_epoch = math.ceil(len(roboreel_datasets(_cfg(compiled))[0]) / BATCH)
+    step = per_epoch + 2  # inside the second epoch
+    (tmp_path / "training_state").mkdir()
+    (tmp_path / "training_state/training_step.json").write_text(
+        json.dumps({"step": step, "num_processes": 1, "batch_size": BATCH}))
+    cfg = _cfg(compiled, resume=True)
+    cfg.checkpoint_path = tmp_path
+    prepared = _prepared(roboreel_datasets(cfg)[0], "stage")
+    assert prepared.iteration == 1
+    got = list(itertools.islice(iter(prepared), 3))
+    assert_same_batches(got, stream[step:step + 3])
+    assert (prepared.state_dict()["epoch"], prepared.state_dict()["batches"]) == (1, 2 + 3)  # counts on
+
+
+def test_a_language_collate_keeps_the_dataloader(lerobot_pair, caplog):
+    from accelerate.data_loader import DataLoaderShard
+    from lerobot.utils.collate import lerobot_collate_fn
+
+    _, compiled = lerobot_pair
+    ds, _ = roboreel_datasets(_cfg(compiled))
+    prepared = _prepared(ds, "stage", collate_fn=lerobot_collate_fn)  # lerobot-train's, with language columns
+    assert isinstance(prepared, DataLoaderShard)
+    assert "the decode stage cannot read this DataLoader (a custom collate_fn ('lerobot_collate_fn'))" in caplog.text

@@ -1,13 +1,16 @@
 """``roboreel lerobot-train`` is LeRobot's lerobot-train on a compiled dataset. Real runs of a tiny ACT through
-train_probe.py (which records the batches LeRobot's loop takes): 0 and 2 DataLoader workers (with held-out
-episodes evaluated), a ``--resume`` that continues the data stream exactly, and a 2-process ``accelerate launch``
-on the CPU (gloo) where each rank reads its own split: disjoint samples, the same number of steps, no hang. The
-expected streams are CompiledDataset's own, built here with the arguments the adapter must have used."""
+train_probe.py (which records the batches LeRobot's loop takes and the loader they came from), on the default
+loader (the decode stage, ``roboreel.loader``) unless a test says otherwise: 0 and 2 workers (with held-out
+episodes evaluated), both loaders giving the loop the same batches bit for bit, a ``--resume`` that continues
+the data stream exactly, and a 2-process ``accelerate launch`` on the CPU (gloo) where each rank reads its own
+split: disjoint samples, the same number of steps, no hang. The expected streams are CompiledDataset's own,
+built here with the arguments the adapter must have used."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import sys
 
 import pytest
@@ -25,8 +28,11 @@ from roboreel.reader import CompiledDataset, DatasetMeta  # noqa: E402
 BATCH, SEED, FPS = 4, 7, 10
 
 
-def _args(compiled, out, *, steps, workers):
-    return [*TINY_ACT, f"--dataset.root={compiled}", f"--dataset.repo_id={REPO_ID}", f"--batch_size={BATCH}",
+STAGE, DATALOADER = "StageLoader", "DataLoaderShard"  # what accelerator.prepare returned, per --roboreel.loader
+
+
+def _args(compiled, out, *, steps, workers, loader=None):
+    return [*([f"--roboreel.loader={loader}"] if loader else []), *TINY_ACT, f"--dataset.root={compiled}", f"--dataset.repo_id={REPO_ID}", f"--batch_size={BATCH}",
             f"--num_workers={workers}", f"--steps={steps}", "--log_freq=1", f"--seed={SEED}", f"--output_dir={out}",
             "--wandb.enable=false"]
 
@@ -46,6 +52,10 @@ def _indices(run, rank=0):
     return [b["index"] for b in run.batches(rank)]
 
 
+def _loaders(run, rank=0):
+    return {b["loader"] for b in run.batches(rank)}
+
+
 def _ok(run):
     assert run.returncode is not None, f"killed after the timeout (hung?):\n{run.log[-3000:]}"
     assert run.returncode == 0, run.log[-3000:]
@@ -58,7 +68,7 @@ def test_train_then_resume_without_workers(lerobot_pair, tmp_path):
     _ok(first)
     assert "step:1 " in first.log and "step:2 " in first.log and "End of training" in first.log
     want = _expected(compiled, 3)
-    assert _indices(first) == want[:2]
+    assert _indices(first) == want[:2] and _loaders(first) == {STAGE}
     spec = first.batches()[0]["spec"]
     assert spec["observation.images.top"] == [[BATCH, 3, 48, 64], "torch.uint8"]
     assert spec["action"] == [[BATCH, ACT_CHUNK, 6], "torch.float32"]
@@ -72,17 +82,30 @@ def test_train_then_resume_without_workers(lerobot_pair, tmp_path):
     assert "resuming the data stream at epoch 0, batch 2 (step 2)" in resumed.log
     assert "step:3 " in resumed.log and "step:2 " not in resumed.log
     assert _indices(resumed) == want[2:3]  # the batch an uninterrupted run takes third
+    assert _loaders(resumed) == {STAGE}
     assert (out / "checkpoints/000003/pretrained_model/model.safetensors").exists()
 
 
-def test_train_with_two_workers_and_held_out_episodes(lerobot_pair, tmp_path):
+def test_both_loaders_train_with_two_workers_and_held_out_episodes_on_the_same_batches(lerobot_pair, tmp_path):
     _, compiled = lerobot_pair
     extra = ["--dataset.eval_split=0.4", "--eval_steps=2"]
-    run = run_train(_args(compiled, tmp_path / "out", steps=2, workers=2) + extra, tmp_path / "probe")
-    _ok(run)
-    assert "step:2 " in run.log and "step 2: eval_loss=" in run.log  # the held-out episodes were read
     train, _ = split_episodes(DatasetMeta(str(compiled)), None, 0.4)
-    assert _indices(run) == _expected(compiled, 2, workers=2, episodes=train)
+    want = _expected(compiled, 2, workers=2, episodes=train)
+    runs = {}
+    for loader, kind in ((None, STAGE), ("dataloader", DATALOADER)):
+        run = run_train(_args(compiled, tmp_path / kind, steps=2, workers=2, loader=loader) + extra,
+                        tmp_path / f"probe-{kind}")
+        _ok(run)
+        assert "step:2 " in run.log and "step 2: eval_loss=" in run.log  # the held-out episodes were read
+        assert _indices(run) == want and _loaders(run) == {kind}
+        runs[kind] = run
+    stage, dataloader = (runs[k].batches() for k in (STAGE, DATALOADER))
+    for got, expect in zip(stage, dataloader, strict=True):  # keys in order, shapes, dtypes, every value
+        assert list(got["digest"]) == list(expect["digest"]) and got["spec"] == expect["spec"]
+        assert got["digest"] == expect["digest"]
+    assert stage[0]["spec"]["observation.images.top"] == [[BATCH, 3, 48, 64], "torch.uint8"]
+    eval_losses = [re.search(r"step 2: eval_loss=(\S+)", runs[k].log).group(1) for k in (STAGE, DATALOADER)]
+    assert eval_losses[0] == eval_losses[1]  # same batches, same seed: the same model evaluated on the same data
 
 
 def test_accelerate_two_processes_read_disjoint_splits_in_equal_steps(lerobot_pair, tmp_path):
@@ -101,6 +124,7 @@ def test_accelerate_two_processes_read_disjoint_splits_in_equal_steps(lerobot_pa
     assert "Effective batch size: 4 x 2 = 8" in run.log and f"step:{steps} " in run.log
     ranks = [_indices(run, r) for r in (0, 1)]
     assert [len(r) for r in ranks] == [steps, steps]  # one batch per step on every rank
+    assert _loaders(run, 0) == _loaders(run, 1) == {STAGE}
     seen = [set(i for b in r for i in b) for r in ranks]
     assert all(len(s) == steps * BATCH for s in seen) and not seen[0] & seen[1]
     for rank in (0, 1):  # each rank read its own split (not rank 0's stream sliced, not everything)

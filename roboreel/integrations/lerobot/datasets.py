@@ -111,7 +111,10 @@ def resume(dataset: CompiledDataset, cfg: Any) -> None:
     """Continue the stream after the samples the checkpoint's steps consumed (every rank: its own split).
 
     A step takes one batch per rank, and an epoch is exactly ``ceil(len(dataset) / batch_size)`` batches per rank
-    (whole batches per worker), so step ``s`` is batch ``s % per_epoch`` of epoch ``s // per_epoch``."""
+    (whole batches per worker), so step ``s`` is batch ``s % per_epoch`` of epoch ``s // per_epoch``. The state
+    is the loader form ("batches" delivered this epoch, with lerobot-train's batch size and workers), which both
+    loaders resume from: the DataLoader through the dataset, the stage loader (loading.StageLoader) through
+    ``DeviceLoader.load_state_dict``, so it also counts its batches on from there."""
     from lerobot.common.train_utils import (
         load_training_batch_size,
         load_training_num_processes,

@@ -5,16 +5,21 @@
    would either make rank 0 read everything and broadcast slices (``dispatch_batches``, its default for an
    IterableDataset) or make every rank read everything and keep a slice (``IterableDatasetShard``). A
    CompiledDataset already reads only its rank's split with equal steps per rank, so it is prepared as a
-   one-process loader: batches moved to the device, ``set_epoch(n)`` on every pass (accelerate's
-   DataLoaderShard does that), nothing sharded twice.
+   one-process loader: batches on the accelerator's device, ``set_epoch(n)`` on every pass (accelerate's
+   DataLoaderShard does that), nothing sharded twice. Which loader (``--roboreel.loader``): loading.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from roboreel.integrations.lerobot.options import LoaderOptions
+
+logger = logging.getLogger(__name__)
 
 LEROBOT_MISSING = ("roboreel lerobot-train needs LeRobot 0.6 with its training extras: pip install 'roboreel[lerobot]' "
                    "(or pip install 'lerobot[training]>=0.6')")
@@ -31,15 +36,17 @@ def lerobot_available() -> tuple[bool, str]:
 
 
 @contextlib.contextmanager
-def patched() -> Iterator[None]:
+def patched(options: LoaderOptions | None = None) -> Iterator[None]:
     """LeRobot's training script with roboreel's dataset factory and per-rank loader preparation."""
     import accelerate
     import lerobot.scripts.lerobot_train as script
     from accelerate.data_loader import prepare_data_loader
 
     from roboreel.integrations.lerobot.datasets import make_train_eval_datasets
+    from roboreel.integrations.lerobot.loading import StageLoader, stage_unsupported
     from roboreel.reader.dataset import CompiledDataset
 
+    options = options or LoaderOptions()
     original_prepare = accelerate.Accelerator.prepare_data_loader
 
     def prepare(self: Any, data_loader: Any, device_placement: bool | None = None,
@@ -48,9 +55,19 @@ def patched() -> Iterator[None]:
             return original_prepare(self, data_loader, device_placement=device_placement,
                                     slice_fn_for_dispatch=slice_fn_for_dispatch)
         dataset = data_loader.dataset
+        put_on_device = self.device_placement if device_placement is None else device_placement
+        if options.loader == "stage":
+            why_not = stage_unsupported(data_loader)
+            if why_not is None:
+                stage = StageLoader.replacing(data_loader, device=self.device if put_on_device else None,
+                                              decode_threads=options.decode_threads)
+                self._dataloaders.append(stage)
+                return stage
+            logger.warning("roboreel: the decode stage cannot read this DataLoader (%s): its workers decode",
+                           why_not)
         prepared = prepare_data_loader(
             data_loader, self.device, num_processes=1, process_index=0,  # the dataset splits by rank itself
-            put_on_device=self.device_placement if device_placement is None else device_placement,
+            put_on_device=put_on_device,
             dispatch_batches=False, non_blocking=self.non_blocking)
         prepared.iteration = dataset.epoch  # passes continue from the dataset's epoch (resume)
         self._dataloaders.append(prepared)
@@ -67,7 +84,9 @@ def patched() -> Iterator[None]:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``lerobot-train ARGV`` on a compiled dataset (``--dataset.root``); LeRobot parses ARGV from sys.argv."""
+    """``lerobot-train ARGV`` on a compiled dataset (``--dataset.root``); LeRobot parses ARGV from sys.argv,
+    after roboreel's own ``--roboreel.*`` options are taken out (loading.LoaderOptions)."""
+    options, argv = LoaderOptions.from_argv(argv)
     ok, why = lerobot_available()
     if not ok:
         print(f"{LEROBOT_MISSING}\n({why})", file=sys.stderr)
@@ -77,7 +96,7 @@ def main(argv: Sequence[str]) -> int:
     saved_argv = sys.argv
     sys.argv = ["lerobot-train", *argv]
     try:
-        with patched():
+        with patched(options):
             script.main()
     finally:
         sys.argv = saved_argv
