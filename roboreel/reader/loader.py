@@ -144,7 +144,11 @@ class DeviceLoader:
         self._batches = 0
         self._resume: tuple[int, int] | None = None
         self._live: weakref.ref | None = None  # weak: dropping the iterator (break, del) must stop it
-        self._stage: _Stage | None = None
+        # Only the stage's done flag, not the stage: the stage refers back to this loader, and a reference cycle
+        # through the DataLoader's persistent-worker iterator would leave its shutdown to the garbage collector,
+        # which runs multiprocessing's queue finalizers first: the workers never get their stop signal and torch
+        # waits 5 s for each before killing it.
+        self._stage_done: threading.Event | None = None
         self._totals = {"batches": 0, "stage_seconds": 0.0, "wait_seconds": 0.0}
         self._routes: dict[str, Any] = {}
         self._buffers = BufferPool()  # batch arrays reused across batches and epochs (buffers.py)
@@ -164,7 +168,7 @@ class DeviceLoader:
         source = iter(self.dataloader)  # workers start here, in the caller's thread
         stage = _Stage(self, source, device, decode, capability)
         live = _LoaderIter(self, Prefetcher(stage.run, self.prefetch_batches, name="roboreel-decode"), device)
-        self._live, self._stage = weakref.ref(live), stage
+        self._live, self._stage_done = weakref.ref(live), stage.done
         return live
 
     def close(self) -> None:
@@ -172,10 +176,10 @@ class DeviceLoader:
         live = self._live() if self._live is not None else None
         if live is not None:
             live.close()
-        stage, self._live, self._stage = self._stage, None, None
+        done, self._live, self._stage_done = self._stage_done, None, None
         # Wait until the thread let go of the DataLoader iterator: with persistent workers the next epoch reuses
         # that iterator, and a thread still blocked in it would take the new epoch's first batch.
-        if stage is not None and not stage.done.wait(_CLOSE_WAIT_S):
+        if done is not None and not done.wait(_CLOSE_WAIT_S):
             logger.warning("the decode thread did not stop within %.0f s (still waiting for a DataLoader batch)",
                            _CLOSE_WAIT_S)
 
