@@ -25,6 +25,7 @@ class SoakConfig:
     num_workers: int = 2
     uint8: bool = True
     window_s: float = 1.0  # action window length: delta_timestamps {action: [0 .. window_s]}
+    idle_decoders_mb: float | None = None  # DecodeOptions.idle_decoders_mb (None: the default)
 
 
 def _rss_by_process(pid: int, *, exclude: frozenset[int] = frozenset()) -> dict[str, int]:
@@ -89,10 +90,12 @@ def soak(compiled: str, cfg: SoakConfig, out: Path, *, progress: bool = True) ->
 
     from roboreel.formats.manifest import load_manifest
     from roboreel.reader import CompiledDataset
+    from roboreel.reader.options import DecodeOptions
 
     fps = load_manifest(compiled).fps
     steps = max(1, round(cfg.window_s * fps))
-    ds = CompiledDataset(compiled, return_uint8=cfg.uint8,
+    decode = DecodeOptions() if cfg.idle_decoders_mb is None else DecodeOptions(idle_decoders_mb=cfg.idle_decoders_mb)
+    ds = CompiledDataset(compiled, return_uint8=cfg.uint8, decode=decode,
                          delta_timestamps={"action": [k / fps for k in range(steps)]})
     before = frozenset(c.pid for c in psutil.Process().children(recursive=True))  # not the soak's: left out
     loader = torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
@@ -104,6 +107,7 @@ def soak(compiled: str, cfg: SoakConfig, out: Path, *, progress: bool = True) ->
         for batch in loader:
             n += len(batch["index"])
         rows.append({"epoch": epoch, "samples": n, "seconds": time.perf_counter() - t0,
+                     "decoder_opens": ds.stats().get("decoder_opens"),  # so far, all processes
                      "rss": _rss_by_process(os.getpid(), exclude=before)})
         if progress:
             print(f"epoch {epoch}: {n} samples, " + ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in rows[-1]["rss"].items()),
