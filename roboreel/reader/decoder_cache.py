@@ -18,6 +18,7 @@ decoders cannot cross processes); a forked child starts empty and never finalise
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -35,7 +36,8 @@ def decoder_bytes(width: int | None, height: int | None) -> int:
 
 
 class IdleDecoders:
-    """Decoders of released clips, least recently parked first out beyond ``max_bytes`` (estimated)."""
+    """Decoders of released clips, least recently parked first out beyond ``max_bytes`` (estimated). Thread-safe
+    (roboreel.loader's decode threads each park and take their own clips' decoders)."""
 
     def __init__(self, max_bytes: int) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
@@ -43,38 +45,40 @@ class IdleDecoders:
         self.max_bytes = max_bytes
         self.nbytes = 0
         self._idle: OrderedDict[IdleKey, tuple[Any, bytes, int]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def take(self, key: IdleKey, data: bytes) -> Any | None:
         """The decoder parked under ``key`` if it decodes exactly ``data``, now the caller's (None: open one)."""
-        hit = self._idle.pop(key, None)
-        if hit is None:
-            return None
-        self.nbytes -= hit[2]
+        with self._lock:
+            hit = self._idle.pop(key, None)
+            if hit is None:
+                return None
+            self.nbytes -= hit[2]
         return hit[0] if hit[1] == data else None
 
     def put(self, key: IdleKey, decoder: Any, data: bytes) -> None:
         """Park ``decoder`` of the clip ``data`` (the caller no longer uses it); drop the oldest beyond the bound."""
         md = decoder.metadata
         nbytes = decoder_bytes(md.width, md.height) + len(data)
-        old = self._idle.pop(key, None)  # a second copy of one lane (two streams of a clip in one process)
-        if old is not None:
-            self.nbytes -= old[2]
-        if nbytes > self.max_bytes:
-            return
-        self._idle[key] = (decoder, data, nbytes)
-        self.nbytes += nbytes
-        self.resize(self.max_bytes)
+        with self._lock:
+            old = self._idle.pop(key, None)  # a second copy of one lane (two streams of a clip in one process)
+            if old is not None:
+                self.nbytes -= old[2]
+            if nbytes <= self.max_bytes:
+                self._idle[key] = (decoder, data, nbytes)
+                self.nbytes += nbytes
+                self._shrink()
 
     def resize(self, max_bytes: int) -> None:
         """Bound the cache at ``max_bytes``, dropping the least recently parked decoders beyond it."""
-        self.max_bytes = max_bytes
-        while self.nbytes > max_bytes:
+        with self._lock:
+            self.max_bytes = max_bytes
+            self._shrink()
+
+    def _shrink(self) -> None:
+        while self.nbytes > self.max_bytes:
             _, (_, _, n) = self._idle.popitem(last=False)
             self.nbytes -= n
-
-    def clear(self) -> None:
-        self._idle.clear()
-        self.nbytes = 0
 
     def __len__(self) -> int:
         return len(self._idle)
