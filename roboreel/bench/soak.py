@@ -74,13 +74,13 @@ def growth_after_warmup(rows: list[dict], warmup: int) -> dict[str, dict[str, fl
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    """One line per epoch: samples, seconds, RSS of every process in MB (``soak.csv``, for plotting)."""
+    """One line per epoch: samples, seconds, decoders opened, RSS of every process in MB (``soak.csv``)."""
     procs = sorted({k for r in rows for k in r["rss"]}, key=lambda k: (k != "main", k))
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["epoch", "samples", "seconds", *(f"rss_{k}_mb" for k in procs)])
+        w.writerow(["epoch", "samples", "seconds", "decoder_opens", *(f"rss_{k}_mb" for k in procs)])
         for r in rows:
-            w.writerow([r["epoch"], r["samples"], f"{r['seconds']:.3f}",
+            w.writerow([r["epoch"], r["samples"], f"{r['seconds']:.3f}", r.get("decoder_opens", ""),
                         *(f"{r['rss'][k] / 2**20:.2f}" if k in r["rss"] else "" for k in procs)])
 
 
@@ -101,14 +101,16 @@ def soak(compiled: str, cfg: SoakConfig, out: Path, *, progress: bool = True) ->
     loader = torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
                                          persistent_workers=cfg.num_workers > 0)
     rows = []
+    opened = 0
     for epoch in range(cfg.epochs):
         ds.set_epoch(epoch)
         t0, n = time.perf_counter(), 0
         for batch in loader:
             n += len(batch["index"])
-        rows.append({"epoch": epoch, "samples": n, "seconds": time.perf_counter() - t0,
-                     "decoder_opens": ds.stats().get("decoder_opens"),  # so far, all processes
+        seconds, total = time.perf_counter() - t0, int(ds.stats()["decoder_opens"])  # opens: all processes
+        rows.append({"epoch": epoch, "samples": n, "seconds": seconds, "decoder_opens": total - opened,
                      "rss": _rss_by_process(os.getpid(), exclude=before)})
+        opened = total
         if progress:
             print(f"epoch {epoch}: {n} samples, " + ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in rows[-1]["rss"].items()),
                   flush=True)
