@@ -38,7 +38,7 @@ def test_soak_with_kept_decoders_opens_none_after_the_first_epoch(small_compiled
         doc = soak(str(small_compiled), SoakConfig(epochs=3, warmup=1, batch_size=4, num_workers=0,
                                                    idle_decoders_mb=64), tmp_path, progress=False)
     finally:
-        process_cache(0)  # this process read the epochs: empty its cache for the other tests
+        process_cache(1).resize(0)  # this process read the epochs: empty its cache for the other tests
     clips = len(CompiledDataset(str(small_compiled)).manifest.episodes) * 2
     assert [r["decoder_opens"] for r in doc["epochs"]] == [clips, 0, 0]
     assert doc["config"]["idle_decoders_mb"] == 64

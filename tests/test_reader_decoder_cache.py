@@ -113,9 +113,11 @@ def test_epochs_read_exactly_with_the_cache_and_open_nothing_once_it_holds_the_d
     try:
         got, opens = _epochs(ds, 3)
         cache = process_cache(ds.idle_decoder_bytes)
-        assert cache is not None and cache.nbytes <= ds.idle_decoder_bytes
+        assert cache is not None and 0 < cache.nbytes <= ds.idle_decoder_bytes
+        parked = len(cache)
+        assert sum(1 for _ in ref) == len(want[0]) and len(cache) == parked  # a dataset without it leaves it alone
     finally:
-        process_cache(0)  # empty this process's cache for the other tests
+        process_cache(1).resize(0)  # empty this process's cache for the other tests
     for g, w in zip(got, want, strict=True):
         assert len(g) == len(w) > 0
         for a, b in zip(g, w, strict=True):

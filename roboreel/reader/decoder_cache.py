@@ -89,15 +89,17 @@ _inherited: list[IdleDecoders] = []  # a forked child's copy of its parent's cac
 
 
 def process_cache(max_bytes: int) -> IdleDecoders | None:
-    """This process's cache, bounded at ``max_bytes`` (the latest bound asked; 0: none, and empty it)."""
+    """This process's cache, bounded at ``max_bytes``: one per process, shared by its datasets (the latest non-zero
+    bound asked applies; keys and bytes keep their clips apart). None for 0: a dataset without the cache leaves
+    another's alone."""
     global _process
+    if not max_bytes:
+        return None
     pid = os.getpid()
     if _process is not None and _process[0] != pid:
         _inherited.append(_process[1])
         _process = None
     if _process is None:
-        if not max_bytes:
-            return None
         _process = (pid, IdleDecoders(max_bytes))
     _process[1].resize(max_bytes)
-    return _process[1] if max_bytes else None
+    return _process[1]
