@@ -8,6 +8,7 @@ import subprocess
 
 from roboreel.bench.soak import SoakConfig, growth_after_warmup, soak
 from roboreel.reader import CompiledDataset
+from roboreel.reader.decoder_cache import process_cache
 
 
 def test_soak_records_every_epoch_and_writes_json_and_csv(small_compiled, tmp_path):
@@ -25,9 +26,22 @@ def test_soak_records_every_epoch_and_writes_json_and_csv(small_compiled, tmp_pa
     assert {"torch", "torchcodec"} <= set(doc["environment"])
     assert json.loads((tmp_path / "soak.json").read_text())["growth"] == doc["growth"]
     lines = list(csv.reader((tmp_path / "soak.csv").open()))
-    assert lines[0] == ["epoch", "samples", "seconds", "rss_main_mb"]
+    assert lines[0] == ["epoch", "samples", "seconds", "decoder_opens", "rss_main_mb"]
     assert [(int(r[0]), int(r[1])) for r in lines[1:]] == [(0, total), (1, total), (2, total)]
-    assert [float(r[3]) for r in lines[1:]] == [round(r["rss"]["main"] / 2**20, 2) for r in doc["epochs"]]
+    assert [float(r[4]) for r in lines[1:]] == [round(r["rss"]["main"] / 2**20, 2) for r in doc["epochs"]]
+    clips = len(CompiledDataset(str(small_compiled)).manifest.episodes) * 2  # 2 cameras, no camera window
+    assert [int(r[3]) for r in lines[1:]] == [clips] * 3  # every clip opened every epoch
+
+
+def test_soak_with_kept_decoders_opens_none_after_the_first_epoch(small_compiled, tmp_path):
+    try:
+        doc = soak(str(small_compiled), SoakConfig(epochs=3, warmup=1, batch_size=4, num_workers=0,
+                                                   idle_decoders_mb=64), tmp_path, progress=False)
+    finally:
+        process_cache(1).resize(0)  # this process read the epochs: empty its cache for the other tests
+    clips = len(CompiledDataset(str(small_compiled)).manifest.episodes) * 2
+    assert [r["decoder_opens"] for r in doc["epochs"]] == [clips, 0, 0]
+    assert doc["config"]["idle_decoders_mb"] == 64
 
 
 def test_growth_is_measured_from_the_end_of_warm_up():

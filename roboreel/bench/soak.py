@@ -25,6 +25,7 @@ class SoakConfig:
     num_workers: int = 2
     uint8: bool = True
     window_s: float = 1.0  # action window length: delta_timestamps {action: [0 .. window_s]}
+    idle_decoders_mb: float | None = None  # DecodeOptions.idle_decoders_mb (None: the default)
 
 
 def _rss_by_process(pid: int, *, exclude: frozenset[int] = frozenset()) -> dict[str, int]:
@@ -73,13 +74,13 @@ def growth_after_warmup(rows: list[dict], warmup: int) -> dict[str, dict[str, fl
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    """One line per epoch: samples, seconds, RSS of every process in MB (``soak.csv``, for plotting)."""
+    """One line per epoch: samples, seconds, decoders opened, RSS of every process in MB (``soak.csv``)."""
     procs = sorted({k for r in rows for k in r["rss"]}, key=lambda k: (k != "main", k))
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["epoch", "samples", "seconds", *(f"rss_{k}_mb" for k in procs)])
+        w.writerow(["epoch", "samples", "seconds", "decoder_opens", *(f"rss_{k}_mb" for k in procs)])
         for r in rows:
-            w.writerow([r["epoch"], r["samples"], f"{r['seconds']:.3f}",
+            w.writerow([r["epoch"], r["samples"], f"{r['seconds']:.3f}", r.get("decoder_opens", ""),
                         *(f"{r['rss'][k] / 2**20:.2f}" if k in r["rss"] else "" for k in procs)])
 
 
@@ -89,22 +90,27 @@ def soak(compiled: str, cfg: SoakConfig, out: Path, *, progress: bool = True) ->
 
     from roboreel.formats.manifest import load_manifest
     from roboreel.reader import CompiledDataset
+    from roboreel.reader.options import DecodeOptions
 
     fps = load_manifest(compiled).fps
     steps = max(1, round(cfg.window_s * fps))
-    ds = CompiledDataset(compiled, return_uint8=cfg.uint8,
+    decode = DecodeOptions() if cfg.idle_decoders_mb is None else DecodeOptions(idle_decoders_mb=cfg.idle_decoders_mb)
+    ds = CompiledDataset(compiled, return_uint8=cfg.uint8, decode=decode,
                          delta_timestamps={"action": [k / fps for k in range(steps)]})
     before = frozenset(c.pid for c in psutil.Process().children(recursive=True))  # not the soak's: left out
     loader = torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
                                          persistent_workers=cfg.num_workers > 0)
     rows = []
+    opened = 0
     for epoch in range(cfg.epochs):
         ds.set_epoch(epoch)
         t0, n = time.perf_counter(), 0
         for batch in loader:
             n += len(batch["index"])
-        rows.append({"epoch": epoch, "samples": n, "seconds": time.perf_counter() - t0,
+        seconds, total = time.perf_counter() - t0, int(ds.stats()["decoder_opens"])  # opens: all processes
+        rows.append({"epoch": epoch, "samples": n, "seconds": seconds, "decoder_opens": total - opened,
                      "rss": _rss_by_process(os.getpid(), exclude=before)})
+        opened = total
         if progress:
             print(f"epoch {epoch}: {n} samples, " + ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in rows[-1]["rss"].items()),
                   flush=True)

@@ -58,6 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--soak", type=int, default=None, metavar="EPOCHS",
                    help="soak: EPOCHS epochs with persistent workers, RSS of every process per epoch")
     p.add_argument("--soak-warmup", type=int, default=5, help="with --soak: epochs before growth is measured")
+    p.add_argument("--soak-idle-decoders-mb", type=float, default=None,
+                   help="with --soak: DecodeOptions.idle_decoders_mb (default: the dataset's default)")
     p.add_argument("--scale", action="store_true",
                    help="start-up and memory vs episodes in the index (padded indexes of --scale-sizes episodes)")
     p.add_argument("--scale-sizes", default="1000,10000,100000,1000000")
@@ -98,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         from roboreel.bench.soak import SoakConfig, soak
 
         doc = soak(compiled, SoakConfig(epochs=args.soak, warmup=args.soak_warmup, batch_size=args.batch_size,
-                                        num_workers=args.num_workers), out)
+                                        num_workers=args.num_workers,
+                                        idle_decoders_mb=args.soak_idle_decoders_mb), out)
         print("\n| process | RSS after warm-up (MB) | RSS at the end (MB) | growth | slope (MB/epoch) |\n"
               "|---|---|---|---|---|")
         for k, g in doc["growth"].items():

@@ -25,6 +25,7 @@ import torch
 from torchcodec.decoders import VideoDecoder  # loaded once in the parent, so forked workers inherit it
 
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
+from roboreel.reader.decoder_cache import IdleDecoders
 from roboreel.reader.heap import in_side_arena
 
 SeekMode = Literal["approximate", "exact"]
@@ -132,7 +133,8 @@ class ClipDecoders:
 
     Memory: ``episode_pool_size x cameras`` decoders (x lanes for windowed cameras), released with their
     episode; ``max_open`` is a safety bound (least recently used decoders closed beyond it); at most
-    ``run_cache_bytes`` of decoded runs.
+    ``run_cache_bytes`` of decoded runs. With ``idle`` (CPU only), a released clip's decoders are parked there and
+    taken back when the clip is pooled again, in a later epoch, instead of opening new ones (decoder_cache.py).
     """
 
     device: str = "cpu"
@@ -142,7 +144,9 @@ class ClipDecoders:
     run_cache_bytes: int = DEFAULT_RUN_CACHE_BYTES
     max_call_bytes: int = 0
     stats: DecodeStats = field(default_factory=DecodeStats)
+    idle: IdleDecoders | None = None
     _open: OrderedDict = field(default_factory=OrderedDict)
+    _sources: dict = field(default_factory=dict)  # with ``idle``: the bytes each open decoder decodes
     _kept: dict = field(default_factory=dict)
     _runs: dict = field(default_factory=dict)
     _pos: dict = field(default_factory=dict)  # (clip key, lane) -> the last frame that decoder returned
@@ -161,14 +165,23 @@ class ClipDecoders:
             self._open.move_to_end(key)
             self.stats.decoder_reuses += 1
             return dec
-        if self.device == "cpu":  # opened aside: torch's per-open leak then stays out of the main arena (heap.py)
-            dec = in_side_arena(VideoDecoder, clip.data, seek_mode=self.seek_mode, device=self.device)
+        dec = self.idle.take(self._idle_key(key), clip.data) if self.idle is not None else None
+        if dec is not None:  # parked when this clip left the pool, in an earlier epoch
+            self.stats.decoder_reuses += 1
         else:
-            dec = VideoDecoder(clip.data, seek_mode=self.seek_mode, device=self.device)
-        self.stats.decoder_opens += 1
+            if self.device == "cpu":  # opened aside: torch's per-open leak stays out of the main arena (heap.py)
+                dec = in_side_arena(VideoDecoder, clip.data, seek_mode=self.seek_mode, device=self.device)
+            else:
+                dec = VideoDecoder(clip.data, seek_mode=self.seek_mode, device=self.device)
+            self.stats.decoder_opens += 1
         self._open[key] = dec
+        self._pos.pop(key, None)  # a new or parked decoder: its position is not what the key's last one had
+        if self.idle is not None:
+            self._sources[key] = clip.data
         while len(self._open) > self.max_open:
-            self._open.popitem(last=False)
+            gone = self._open.popitem(last=False)[0]
+            self._sources.pop(gone, None)
+            self._pos.pop(gone, None)
         return dec
 
     def _decode(self, clip: Clip, lane: int, indices: list[int], dec: Any = None) -> Any:
@@ -281,16 +294,30 @@ class ClipDecoders:
         if run is not None:
             self.run_bytes -= run.nbytes
 
+    def _idle_key(self, key: tuple) -> tuple:
+        """A decoder's key in ``idle``: its clip without the stream (which differs between epochs), its lane."""
+        (shard, episode, camera, _), lane = key
+        return (shard, episode, camera, lane, self.seek_mode)
+
+    def _park(self, key: tuple, dec: Any) -> None:
+        data = self._sources.pop(key, None)
+        if dec is not None and data is not None and self.idle is not None and self.device == "cpu":
+            self.idle.put(self._idle_key(key), dec, data)
+
     def release(self, clip: Clip) -> None:
         for lane in range(MAX_LANES):
-            self._open.pop((clip.key, lane), None)
-            self._pos.pop((clip.key, lane), None)
+            key = (clip.key, lane)
+            self._park(key, self._open.pop(key, None))
+            self._pos.pop(key, None)  # a decoder taken back from the idle cache starts with its position unknown
         self._kept.pop(clip.key, None)
         self._drop_run(clip.key)
 
     def close(self) -> None:
+        for key, dec in self._open.items():
+            self._park(key, dec)
         self._open.clear()
         self._pos.clear()
+        self._sources.clear()
         self._kept.clear()
         self._runs.clear()
         self.run_bytes = 0
