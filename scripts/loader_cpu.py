@@ -66,6 +66,8 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=5, help="epoch 0 is warm-up (not counted)")
     p.add_argument("--float32", action="store_true", help="float32 frames (default: uint8, as lerobot-train)")
     p.add_argument("--channels-last", action="store_true", help="roboreel.loader(channels_last=True)")
+    p.add_argument("--action-window", type=int, default=0,
+                   help="delta_timestamps: this many action steps from the current frame (ACT's chunk: 100)")
     p.add_argument("--repo", default=None, help="import roboreel from this checkout")
     args = p.parse_args()
     if args.repo:
@@ -75,7 +77,11 @@ def main() -> int:
     import roboreel
     from roboreel.reader import CompiledDataset
 
-    ds = CompiledDataset(args.compiled, return_uint8=not args.float32, seed=0)
+    dts = None
+    if args.action_window:
+        fps = CompiledDataset(args.compiled).meta.fps
+        dts = {"action": [k / fps for k in range(args.action_window)]}
+    ds = CompiledDataset(args.compiled, return_uint8=not args.float32, seed=0, delta_timestamps=dts)
     kw = {"batch_size": args.batch_size, "num_workers": args.num_workers,
           "persistent_workers": args.num_workers > 0}
     if args.reader == "loader":
