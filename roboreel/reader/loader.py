@@ -156,7 +156,8 @@ class DeviceLoader:
     # -- iteration -------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.close()  # one live iteration at a time (they share the dataset's position)
-        pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES, DECODE_TRIM_THRESHOLD_BYTES)  # this process decodes: fast and flat (heap.py)
+        # this process decodes: fast and flat (heap.py)
+        pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES, DECODE_TRIM_THRESHOLD_BYTES)
         epoch = self.dataset.epoch
         resume, self._resume = self._resume, None
         self._batches = resume[1] if resume is not None and resume[0] == epoch else 0
