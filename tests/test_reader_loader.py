@@ -21,6 +21,7 @@ from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader import CompiledDataset
 from roboreel.reader.deferred import collate_pending
 from roboreel.reader.gpu import DeviceDecoders
+from roboreel.reader.heap import DECODE_CALL_BYTES
 from roboreel.reader.loader import _PendingStream, finish_batch
 from roboreel.reader.routing import Router
 from roboreel.reader.stage import DecodePool, default_decode_threads
@@ -146,7 +147,8 @@ def test_each_clip_is_opened_once_and_released(compiled):
     assert st["decoder_reuses"] > 0 and st["frames_decoded"] == st["samples"] * len(CAMERAS)
 
 
-def test_a_bad_clip_fails_its_batch_naming_the_clip(compiled):
+@pytest.mark.parametrize("max_call_bytes", [0, DECODE_CALL_BYTES], ids=["one-call", "loader-calls"])
+def test_a_bad_clip_fails_its_batch_naming_the_clip(compiled, max_call_bytes):
     ds = _make(compiled)()
     pbs = list(DataLoader(_PendingStream(ds), batch_size=4, collate_fn=collate_pending))
     key = next(iter(pbs[0].wanted))
@@ -154,8 +156,9 @@ def test_a_bad_clip_fails_its_batch_naming_the_clip(compiled):
     pbs[0].clips[key] = dataclasses.replace(clip, data=clip.data[:200])  # truncated mp4
     cameras = {c.key: c for c in ds.manifest.cameras}
     router = Router("cpu", cameras=cameras)
-    pool = DecodePool(threads=2, make_decoders=lambda: DeviceDecoders(router), cameras=cameras,
-                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.tolerance_s)
+    pool = DecodePool(threads=2, make_decoders=lambda: DeviceDecoders(router, max_call_bytes=max_call_bytes),
+                      cameras=cameras, staging={c: torch.device("cpu") for c in cameras}, pin=False,
+                      tolerance_s=ds.tolerance_s)
     try:
         job = pool.submit(pbs[0])
         with pytest.raises(CompiledFormatError, match=rf"{clip.shard}.*episode {clip.episode}|{clip.name}"):

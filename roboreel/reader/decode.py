@@ -184,6 +184,16 @@ class ClipDecoders:
             self._pos.pop(gone, None)
         return dec
 
+    def _opened(self, clip: Clip, lane: int) -> Any:
+        """``decoder(clip, lane)``, a clip torchcodec cannot open reported as a CompiledFormatError naming it."""
+        t0 = time.perf_counter()
+        try:
+            dec = self.decoder(clip, lane)
+        except (RuntimeError, IndexError, ValueError) as e:
+            raise CompiledFormatError(f"cannot open {clip.name}: {e}", file=clip.shard, episode=clip.episode) from e
+        self.stats.decode_seconds += time.perf_counter() - t0  # opening counts as decoding, as in ``_decode``
+        return dec
+
     def _decode(self, clip: Clip, lane: int, indices: list[int], dec: Any = None) -> Any:
         """One ``get_frames_at`` call (a FrameBatch: data [N, C, H, W] uint8, pts_seconds), counted."""
         t0 = time.perf_counter()
@@ -217,9 +227,10 @@ class ClipDecoders:
             else:
                 lanes.setdefault(wanted[f], []).append(f)
         for lane, misses in sorted(lanes.items()):
-            step = self._frames_per_call(clip, lane)
+            dec = self._opened(clip, lane)  # once per lane, as the counters expect (then its position is known)
+            step = self._frames_per_call(dec)
             for part in _calls(misses, self._pos.get((clip.key, lane), -1), step):
-                batch = self._decode(clip, lane, part)
+                batch = self._decode(clip, lane, part, dec)
                 for f, frame, pts in zip(part, batch.data, batch.pts_seconds.tolist(), strict=True):
                     out[f] = (frame, pts)
                     if keep:  # a copy, so a kept frame does not pin the whole decoded batch
@@ -228,11 +239,11 @@ class ClipDecoders:
                 kept.popitem(last=False)
         return out
 
-    def _frames_per_call(self, clip: Clip, lane: int) -> int:
+    def _frames_per_call(self, dec: Any) -> int:
         """Frames per ``get_frames_at`` call, so its output tensor stays under ``max_call_bytes`` (see the class doc)."""
         if not self.max_call_bytes:
             return 1 << 30
-        md = self.decoder(clip, lane).metadata
+        md = dec.metadata
         frame_bytes = 3 * (md.width or 0) * (md.height or 0)
         return max(1, self.max_call_bytes // frame_bytes) if frame_bytes else 1 << 30
 
@@ -251,12 +262,7 @@ class ClipDecoders:
             self._drop_run(clip.key)
         if not misses:
             return out
-        t0 = time.perf_counter()
-        try:
-            dec = self.decoder(clip, 0)
-        except (RuntimeError, IndexError, ValueError) as e:
-            raise CompiledFormatError(f"cannot open {clip.name}: {e}", file=clip.shard, episode=clip.episode) from e
-        self.stats.decode_seconds += time.perf_counter() - t0  # opening counts as decoding, as in ``_decode``
+        dec = self._opened(clip, 0)
         ahead = self._ahead(dec.metadata, misses, runs)
         indices = sorted(misses + ahead)
         batch = self._decode(clip, 0, indices, dec)
