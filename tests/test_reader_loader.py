@@ -252,3 +252,30 @@ def test_dropping_a_loader_with_persistent_workers_stops_them_at_once(compiled):
         assert not any(w.is_alive() for w in workers)
     finally:
         gc.enable()
+
+
+def test_copy_frame_deinterleaves_exactly(compiled):
+    """The stage's frame copy (OpenCV's split into the three planes of a [C, H, W] slot, numpy otherwise) writes
+    exactly the decoded frame, for real decoded frames and for layouts it must leave to numpy."""
+    import numpy as np
+
+    from roboreel.reader.stage import copy_frame
+
+    ds = _make(compiled)()
+    clip = next(p for p in DataLoader(_PendingStream(ds), batch_size=4, collate_fn=collate_pending)).clips
+    data = next(c for c in clip.values() if c.data).data
+    from torchcodec.decoders import VideoDecoder
+
+    frames = VideoDecoder(data).get_frames_at([0, 1, 2]).data  # [N, C, H, W] views of channels-last memory
+    slots = np.zeros((3, *frames.shape[1:]), np.uint8)
+    for i in range(3):
+        copy_frame(frames[i].numpy(), slots[i])
+    assert np.array_equal(slots, frames.numpy())
+    contiguous = frames.contiguous().numpy()  # already [C, H, W] memory: plain copy
+    out = np.zeros_like(contiguous[0])
+    copy_frame(contiguous[1], out)
+    assert np.array_equal(out, contiguous[1])
+    hwc = frames[2].permute(1, 2, 0).numpy()  # [H, W, C] into [H, W, C] (channels-last staging)
+    out = np.zeros_like(hwc)
+    copy_frame(hwc, out)
+    assert np.array_equal(out, hwc)

@@ -38,6 +38,11 @@ from roboreel.reader.buffers import BufferPool
 from roboreel.reader.decode import Clip, DecodeStats
 from roboreel.reader.deferred import ClipKey, ClipStore, PendingBatch
 
+try:  # optional: a fast channel deinterleave (copy_frame); numpy does the same, slower, without it
+    import cv2 as _cv2
+except ImportError:  # pragma: no cover - OpenCV is a dependency, but the stage works without it
+    _cv2 = None
+
 _255 = np.float32(255.0)
 _STAT_FIELDS = ("decode_seconds", "decoder_opens", "decoder_reuses", "decode_calls", "frames_decoded")
 
@@ -224,7 +229,7 @@ class DecodePool:
                 if a is None:
                     a = arrays[f] = frame.numpy()
                 if out.dtype == torch.uint8:
-                    out.numpy()[slot] = a  # numpy: one thread, GIL released (see the module doc)
+                    copy_frame(a, out.numpy()[slot])  # one thread, GIL released (see the module doc)
                 else:
                     np.divide(a, _255, out=out.numpy()[slot])  # float32, as torch's uint8 / 255.0
             else:
@@ -262,6 +267,21 @@ class DecodePool:
         self._slots.clear()
         self._tails.clear()
         self.store.clear()
+
+
+def copy_frame(src: np.ndarray, dst: np.ndarray) -> None:
+    """``dst[...] = src`` for a decoded uint8 frame. Into a [C, H, W] slot from a [C, H, W] view of channels-last
+    memory (what torchcodec returns) this is a deinterleave: OpenCV's ``split`` does it with SIMD, writing each
+    plane in place (~0.04 ms per 480x640 frame here, against ~0.25 ms for numpy's strided copy, a fifth of what
+    decoding the frame costs); numpy where OpenCV is missing or the layouts are other."""
+    if _cv2 is not None and src.ndim == 3 and src.shape[0] == 3 and src.strides[0] == 1 and dst.flags.c_contiguous:
+        hwc = src.transpose(1, 2, 0)
+        if hwc.flags.c_contiguous:
+            planes = [dst[0], dst[1], dst[2]]
+            got = _cv2.split(hwc, planes)
+            if all(g is p for g, p in zip(got, planes, strict=True)):  # written in place (same shape and dtype)
+                return
+    dst[...] = src
 
 
 def _forward(src: Future, dst: Future) -> None:
