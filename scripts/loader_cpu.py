@@ -21,7 +21,8 @@ import time
 
 
 def _tree(pid: int) -> list[int]:
-    """pid and its descendants, from /proc/PID/task/TID/children (cheap enough to sample inside the process)."""
+    """pid and its descendants, from /proc/PID/task/TID/children (cheap enough to sample inside the process). Not
+    roboreel.bench.procmem's: ``--repo`` may import an older roboreel that lacks it."""
     out, stack = [pid], [pid]
     while stack:
         p = stack.pop()

@@ -18,20 +18,23 @@ def descendants(pid: int) -> list[int]:
     """Live descendants of ``pid``, read from ``/proc/PID/task/TID/children`` (Linux): a few small reads, where
     psutil's ``children()`` scans every process of the machine; the sampler runs inside the measured process, so
     it must cost next to nothing. psutil where those files do not exist."""
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):  # not Linux, or a kernel without the files
+        with contextlib.suppress(psutil.NoSuchProcess):
+            return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+        return []
     out: list[int] = []
     stack = [pid]
-    try:
-        while stack:
-            p = stack.pop()
-            for tid in os.listdir(f"/proc/{p}/task"):
-                with contextlib.suppress(OSError), open(f"/proc/{p}/task/{tid}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-                    out += kids
-                    stack += kids
-    except FileNotFoundError:
-        if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):  # no such files here (not Linux, old kernel)
-            with contextlib.suppress(psutil.NoSuchProcess):
-                return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    while stack:
+        p = stack.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except FileNotFoundError:  # exited meanwhile: its siblings' trees are still walked
+            continue
+        for tid in tids:
+            with contextlib.suppress(OSError), open(f"/proc/{p}/task/{tid}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+                out += kids
+                stack += kids
     return out
 
 

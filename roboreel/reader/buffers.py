@@ -38,8 +38,7 @@ class BufferPool:
             raise ValueError(f"keep must be an integer >= 0, got {keep!r}")
         self.keep = keep
         self._arrays: dict[tuple[tuple[int, ...], np.dtype], list[np.ndarray]] = defaultdict(list)
-        self.reused = 0
-        self.allocated = 0
+        self.reused = 0  # batches served from an array already in the pool
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """A CPU tensor of ``shape`` and ``dtype`` (uninitialised) that no one else refers to."""
@@ -50,18 +49,7 @@ class BufferPool:
                 self.reused += 1
                 return torch.from_numpy(a)
         a = np.empty(shape, dtype=np_dtype)
-        self.allocated += 1
-        if len(arrays) < self.keep:
-            arrays.append(a)
-        else:  # the pool is full of arrays still in use: keep the newest instead of an old one still out
+        arrays.append(a)
+        if len(arrays) > self.keep:  # full of arrays still in use: keep the newest instead of the oldest still out
             arrays.pop(0)
-            arrays.append(a)
         return torch.from_numpy(a)
-
-    def clear(self) -> None:
-        self._arrays.clear()
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of every array the pool keeps (in use or idle)."""
-        return sum(a.nbytes for arrays in self._arrays.values() for a in arrays)
