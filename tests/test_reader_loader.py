@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from typing import Any
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from roboreel.reader.gpu import DeviceDecoders
 from roboreel.reader.heap import DECODE_CALL_BYTES
 from roboreel.reader.loader import _PendingStream, finish_batch
 from roboreel.reader.routing import Router
+from roboreel.reader.runs import RunBudget
 from roboreel.reader.stage import DecodePool, default_decode_threads
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
@@ -145,6 +147,48 @@ def test_each_clip_is_opened_once_and_released(compiled):
     st = dl.stats()
     assert st["decoder_opens"] == len(clips) == 8 * len(CAMERAS)
     assert st["decoder_reuses"] > 0 and st["frames_decoded"] == st["samples"] * len(CAMERAS)
+
+
+def _decode_epoch(ds, budget: RunBudget, *, max_call_bytes: int, threads: int = 2) -> tuple[list, Any, int]:
+    """One epoch of pending batches through a DecodePool whose clips share ``budget``: the uint8 camera tensors of
+    every batch, the pool's counters, and the most the budget held after any batch was submitted."""
+    cameras = {c.key: c for c in ds.manifest.cameras}
+    router = Router("cpu", cameras=cameras)
+    pool = DecodePool(threads=threads, cameras=cameras, staging={c: torch.device("cpu") for c in cameras},
+                      make_decoders=lambda: DeviceDecoders(router, max_call_bytes=max_call_bytes, run_budget=budget),
+                      pin=False, tolerance_s=ds.tolerance_s)
+    out, peak = [], 0
+    try:
+        for pb in DataLoader(_PendingStream(ds), batch_size=4, collate_fn=collate_pending):
+            job = pool.submit(pb)
+            job.wait()
+            peak = max(peak, budget.used)
+            out.append({cam: t.clone() for cam, t in job.frames.items()})
+    finally:
+        pool.close()
+    return out, pool.stats, peak  # after close: every decoder's counters, the released ones' too
+
+
+def test_the_stage_decodes_gop_runs_whole_within_one_shared_budget(compiled):
+    """The decode stage takes a GOP run's frames from one decode of the run (its first batch asks the first frame)
+    instead of a few frames per batch: far fewer calls, each frame decoded once. One budget bounds every clip's runs
+    together (a tight one decodes shorter runs, never holds more); calls capped in size split a run; the frames are
+    those decoded frame by frame (budget 0) in every case, and a closed pool gives all its bytes back."""
+    frame = 3 * 64 * 64
+    results = {}
+    for name, budget, cap in (("none", 0, 0), ("ample", 64 << 20, 0), ("tight", 6 * frame, 0),
+                              ("split", 64 << 20, 3 * frame)):
+        shared = RunBudget(budget)
+        batches, stats, peak = _decode_epoch(_make(compiled)(), shared, max_call_bytes=cap)
+        assert 0 < peak <= budget or peak == budget == 0
+        assert shared.used == 0  # every run dropped: released or closed with its clip
+        assert stats.frames_decoded == sum(b[c].shape[0] for b in batches for c in CAMERAS)  # once each
+        results[name] = (batches, stats.decode_calls)
+    calls = {k: v[1] for k, v in results.items()}
+    assert calls["ample"] < calls["tight"] < calls["none"] and calls["ample"] < calls["split"] < calls["none"]
+    for name, (batches, _) in results.items():
+        for got, want in zip(batches, results["none"][0], strict=True):
+            assert all(torch.equal(got[c], want[c]) for c in CAMERAS), name
 
 
 @pytest.mark.parametrize("max_call_bytes", [0, DECODE_CALL_BYTES], ids=["one-call", "loader-calls"])

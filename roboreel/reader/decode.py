@@ -27,6 +27,9 @@ from torchcodec.decoders import VideoDecoder  # loaded once in the parent, so fo
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.reader.decoder_cache import IdleDecoders
 from roboreel.reader.heap import in_side_arena
+from roboreel.reader.runs import DEFAULT_RUN_CACHE_BYTES, DecodedRun, RunBudget, run_ahead
+
+__all__ = ["DEFAULT_RUN_CACHE_BYTES", "Clip", "ClipDecoders", "FrameRequest", "PendingSample", "materialize"]
 
 SeekMode = Literal["approximate", "exact"]
 SEEK_MODES = ("approximate", "exact")
@@ -77,7 +80,7 @@ class PendingSample:
 
     episode: int
     frame: int  # frame within the episode
-    values: dict[str, Any]  # every non-camera key in final order: tabular tensors, ``*_is_pad``, ``task``
+    values: dict[str, Any]  # every non-camera key in final order: numpy arrays (tabular, ``*_is_pad``), ``task``
     video: dict[str, FrameRequest]  # camera key -> request, in camera order
     release: tuple[Clip, ...] = ()  # clips no later sample needs (their episode left the pool)
 
@@ -92,15 +95,6 @@ class DecodeStats:
 
 
 MAX_LANES = 4
-DEFAULT_RUN_CACHE_BYTES = 96 << 20
-
-
-@dataclass
-class _Run:
-    """Decoded frames of a clip's current run, waiting for their samples; views of one decoded batch."""
-
-    frames: dict[int, tuple[torch.Tensor, float]]
-    nbytes: int  # the whole batch's bytes: a view keeps its batch alive until the last frame leaves
 
 
 def window_lanes(num_offsets: int) -> np.ndarray:
@@ -119,11 +113,12 @@ class ClipDecoders:
     1,700 samples/s). ``keep`` (camera -> frames) additionally holds the last few decoded frames of a windowed
     camera's clips, least recently used out first, since neighbouring samples share window frames.
 
-    Run cache: frames leave the pool in GOP runs, one run of a clip front to back, so a frame asked with a
-    ``run_end`` names the frames the next samples of that clip will ask. They are decoded with it in one
-    ``get_frames_at`` call (one call per run instead of one per frame: ~3,000 -> ~4,000 frames/s inside the
-    calls, 224x224, GOP 10) and kept until asked. ``run_cache_bytes`` bounds what all clips' runs hold together; a run that does not fit
-    is decoded shorter (down to the asked frame alone), never evicting another (its frames would cost a seek back).
+    Run cache (runs.py): frames leave the pool in GOP runs, one run of a clip front to back, so a frame asked with
+    a ``run_end`` names the frames the next samples of that clip will ask. They are decoded with it, back to back
+    (one call per run instead of one per frame: ~3,000 -> ~4,000 frames/s inside the calls, 224x224, GOP 10), and
+    kept until asked. ``budget`` (default: one of ``run_cache_bytes`` of its own; the decode stage shares one
+    between all its clips' decoders) bounds what the runs hold; a run that does not fit is decoded shorter (down
+    to the asked frame alone), never evicting another (its frames would cost a seek back).
 
     Output size per call: torchcodec returns every call's frames in a new tensor. ``max_call_bytes`` (0: no
     limit) splits a call whose frames would be larger into several, so each output comes from reused heap memory
@@ -145,18 +140,19 @@ class ClipDecoders:
     max_call_bytes: int = 0
     stats: DecodeStats = field(default_factory=DecodeStats)
     idle: IdleDecoders | None = None
+    budget: RunBudget | None = None
     _open: OrderedDict = field(default_factory=OrderedDict)
     _sources: dict = field(default_factory=dict)  # with ``idle``: the bytes each open decoder decodes
     _kept: dict = field(default_factory=dict)
     _runs: dict = field(default_factory=dict)
     _pos: dict = field(default_factory=dict)  # (clip key, lane) -> the last frame that decoder returned
-    run_bytes: int = field(default=0, init=False)  # bytes the run cache holds now
+    run_bytes: int = field(default=0, init=False)  # bytes this object's runs hold in the budget now
 
     def __post_init__(self) -> None:
         if self.seek_mode not in SEEK_MODES:
             raise ValueError(f"seek_mode must be one of {SEEK_MODES}, got {self.seek_mode!r}")
-        if not isinstance(self.run_cache_bytes, int) or self.run_cache_bytes < 0:
-            raise ValueError(f"run_cache_bytes must be an integer >= 0, got {self.run_cache_bytes!r}")
+        if self.budget is None:
+            self.budget = RunBudget(self.run_cache_bytes)  # validates the bound
 
     def decoder(self, clip: Clip, lane: int = 0) -> Any:
         key = (clip.key, lane)
@@ -249,7 +245,7 @@ class ClipDecoders:
 
     def _run_frames(self, clip: Clip, wanted: dict[int, int],
                     runs: Mapping[int, int]) -> dict[int, tuple[torch.Tensor, float]]:
-        run: _Run | None = self._runs.get(clip.key)
+        run: DecodedRun | None = self._runs.get(clip.key)
         out = {}
         misses = []
         for f in sorted(wanted):
@@ -263,42 +259,32 @@ class ClipDecoders:
         if not misses:
             return out
         dec = self._opened(clip, 0)
-        ahead = self._ahead(dec.metadata, misses, runs)
-        indices = sorted(misses + ahead)
-        batch = self._decode(clip, 0, indices, dec)
+        md = dec.metadata
+        frame_bytes = 3 * (md.width or 0) * (md.height or 0)
+        ahead = run_ahead(misses, runs)
+        # room for the calls' every frame (a cached view keeps its call's whole output alive), or no run at all
+        n = self.budget.reserve(len(misses) + len(ahead), frame_bytes, at_least=len(misses) + 1) if ahead else 0
+        ahead = ahead[:max(0, n - len(misses))]
         cached = {}
-        for f, frame, pts in zip(indices, batch.data, batch.pts_seconds.tolist(), strict=True):
-            if f in wanted:
-                out[f] = (frame, pts)
-            else:
-                cached[f] = (frame, pts)
+        for part in _calls(sorted(misses + ahead), self._pos.get((clip.key, 0), -1), self._frames_per_call(dec)):
+            batch = self._decode(clip, 0, part, dec)
+            for f, frame, pts in zip(part, batch.data, batch.pts_seconds.tolist(), strict=True):
+                if f in wanted:
+                    out[f] = (frame, pts)
+                else:
+                    cached[f] = (frame, pts)
         if cached:
-            nbytes = batch.data.untyped_storage().nbytes()
-            self._runs[clip.key] = _Run(cached, nbytes)
-            self.run_bytes += nbytes
+            self._runs[clip.key] = DecodedRun(cached, n * frame_bytes)
+            self.run_bytes += n * frame_bytes
+        elif n:
+            self.budget.release(n * frame_bytes)
         return out
 
-    def _ahead(self, md: Any, misses: list[int], runs: Mapping[int, int]) -> list[int]:
-        """Frames to decode along with ``misses``: the rest of their runs, as far as the byte budget allows."""
-        frame_bytes = 3 * (md.width or 0) * (md.height or 0)
-        if not frame_bytes:
-            return []
-        room = (self.run_cache_bytes - self.run_bytes) // frame_bytes - len(misses)
-        asked = set(misses)
-        ahead: list[int] = []
-        for f in misses:
-            for g in range(f + 1, runs.get(f, f + 1)):
-                if len(ahead) >= room:
-                    return ahead
-                if g not in asked:
-                    asked.add(g)
-                    ahead.append(g)
-        return ahead
-
-    def _drop_run(self, key: tuple[str, int, str]) -> None:
+    def _drop_run(self, key: tuple[str, int, str, int]) -> None:
         run = self._runs.pop(key, None)
         if run is not None:
             self.run_bytes -= run.nbytes
+            self.budget.release(run.nbytes)
 
     def _idle_key(self, key: tuple) -> tuple:
         """A decoder's key in ``idle``: its clip without the stream (which differs between epochs), its lane."""
@@ -325,8 +311,8 @@ class ClipDecoders:
         self._pos.clear()
         self._sources.clear()
         self._kept.clear()
-        self._runs.clear()
-        self.run_bytes = 0
+        for key in list(self._runs):
+            self._drop_run(key)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -346,6 +332,11 @@ def _calls(frames: list[int], pos: int, step: int) -> Iterator[list[int]]:
     for group in (ahead, behind):
         for i in range(0, len(group), step):
             yield group[i:i + step]
+
+
+def value_tensors(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A pending sample's values as the sample holds them: numpy arrays become tensors (sharing their memory)."""
+    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in values.items()}
 
 
 def to_output(frames: torch.Tensor, *, return_uint8: bool) -> torch.Tensor:
@@ -393,7 +384,7 @@ def materialize(
                 frames = got[int(req.frames[0])][0]  # a view; to_output copies it
             img = to_output(frames, return_uint8=return_uint8)
             sample[cam] = image_transforms(img) if image_transforms is not None else img
-        sample.update(p.values)
+        sample.update(value_tensors(p.values))
         out.append(sample)
         for clip in p.release:
             decoders.release(clip)

@@ -22,10 +22,11 @@ in the order it was made, and each clip belongs to one worker's pool.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 
@@ -71,6 +72,7 @@ class PendingBatch:
     wanted: dict[ClipKey, tuple[dict[int, float], dict[int, int]]]  # clip -> {frame: queried_s}, {frame: lane}
     release: list[ClipKey]  # clips no later batch reads (their episode left the pool)
     produce_seconds: float = 0.0  # worker time spent producing these samples
+    runs: dict[ClipKey, dict[int, int]] = field(default_factory=dict)  # clip -> {frame: its GOP run's end}
 
     def __getstate__(self) -> dict[str, Any]:
         """Tabular tensors travel as numpy arrays, inline in the worker's pipe: a tensor would go through shared
@@ -118,6 +120,7 @@ def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]
     clips: dict[ClipKey, Clip] = {}
     wanted: dict[ClipKey, tuple[dict[int, float], dict[int, int]]] = {}
     release: list[ClipKey] = []
+    runs: dict[ClipKey, dict[int, int]] = {}
     for p in samples:
         for cam, req in p.video.items():
             key = req.clip.key
@@ -130,14 +133,33 @@ def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]
                 raise ValueError(f"camera {cam!r}: samples disagree on the window ({plan.window} vs "
                                  f"{len(req.frames)} frames); cannot collate")
             queried, lanes = wanted.setdefault(key, ({}, {}))
+            if req.run_end is not None:  # the rest of the run follows: decoded with it (decode.py, run cache)
+                runs.setdefault(key, {})[int(req.frames[0])] = req.run_end
             lane_of = req.lanes.tolist() if req.lanes is not None else [0] * len(req.frames)
             for f, q, lane in zip(req.frames.tolist(), req.queried_s.tolist(), lane_of, strict=True):
                 queried[f] = q
                 lanes[f] = min(lane, lanes.get(f, lane))
                 plan.refs.append((key, f))
         release += [c.key for c in p.release]
-    values = default_collate([p.values for p in samples])
-    return PendingBatch(len(samples), values, cameras, clips, wanted, release, seconds)
+    values = collate_values([p.values for p in samples])
+    return PendingBatch(len(samples), values, cameras, clips, wanted, release, seconds, runs)
+
+
+def collate_values(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``default_collate`` of the samples' values, numeric ones stacked with numpy.
+
+    Why not ``default_collate`` itself: in a DataLoader worker it stacks every tensor into a new shared-memory
+    file (a file descriptor, ``ftruncate`` and ``mmap`` per key per batch), which ``PendingBatch`` then pickles
+    inline anyway. ``np.stack`` gives the same shapes, dtypes and values as ``torch.stack`` of the tensors; every
+    other value (``task`` strings, non-numeric columns) goes through ``default_collate`` as before."""
+    out: dict[str, Any] = {}
+    for key in values[0]:
+        column = [v[key] for v in values]
+        if isinstance(column[0], np.ndarray) and column[0].dtype.kind in "biuf":
+            out[key] = torch.from_numpy(np.stack(column))
+        else:
+            out[key] = default_collate(column)
+    return out
 
 
 class ClipStore:
@@ -187,7 +209,7 @@ def assemble(
     decoded: dict[ClipKey, dict[int, torch.Tensor]] = {}
     for key, (queried, lanes) in batch.wanted.items():
         clip = store.get(key)
-        got = decoders.frames(clip, lanes)
+        got = decoders.frames(clip, lanes, batch.runs.get(key))
         for f, (_, pts) in got.items():
             if not abs(pts - queried[f]) < tolerance_s:
                 raise FrameTimestampError(video=clip.name, episode=clip.episode, queried_s=queried[f], loaded_s=pts,

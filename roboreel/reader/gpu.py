@@ -24,6 +24,7 @@ import torch
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader.decode import Clip, ClipDecoders, DecodeStats, SeekMode
 from roboreel.reader.routing import Router
+from roboreel.reader.runs import RunBudget
 
 DEFAULT_MAX_GPU_DECODERS = 256
 
@@ -53,16 +54,19 @@ class DeviceDecoders:
         seek_mode: SeekMode = "approximate",
         max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS,
         max_call_bytes: int = 0,
+        run_budget: RunBudget | None = None,
     ) -> None:
         if not isinstance(max_gpu_decoders, int) or max_gpu_decoders < 1:
             raise ValueError(f"max_gpu_decoders must be an integer >= 1, got {max_gpu_decoders!r}")
         self.router = router
         self.device = router.device
-        self.cpu = ClipDecoders(device="cpu", seek_mode=seek_mode, keep=dict(keep or {}), max_call_bytes=max_call_bytes)
+        budget = RunBudget(0) if run_budget is None else run_budget  # shared by every clip's decoders (runs.py)
+        self.cpu = ClipDecoders(device="cpu", seek_mode=seek_mode, keep=dict(keep or {}), max_call_bytes=max_call_bytes,
+                                budget=budget)
         self.gpu: _ObservedDecoders | None = None
         if self.device != "cpu":
             self.gpu = _ObservedDecoders(device=self.device, seek_mode=seek_mode, keep=dict(keep or {}),
-                                         max_open=max_gpu_decoders, on_open=self._opened)
+                                         max_open=max_gpu_decoders, on_open=self._opened, budget=budget)
 
     def frames(self, clip: Clip, wanted: dict[int, int],
                runs: Mapping[int, int] | None = None) -> dict[int, tuple[torch.Tensor, float]]:

@@ -46,6 +46,7 @@ from roboreel.reader.heap import (
 from roboreel.reader.prefetch import Prefetcher
 from roboreel.reader.resume import worker_batches
 from roboreel.reader.routing import Router
+from roboreel.reader.runs import RunBudget
 from roboreel.reader.stage import BatchJob, DecodePool, default_decode_threads
 from roboreel.reader.stats import Flusher
 
@@ -265,9 +266,11 @@ class _Stage:
             stream = torch.cuda.Stream(self.device)
         staging = {cam: torch.device(router.camera_device(cam)) for cam in cameras}
 
+        budget = RunBudget(ds.decode_cache_bytes)  # decoded GOP runs of all clips together (runs.py)
+
         def make() -> DeviceDecoders:  # one per live clip: its decoders (GPU, CPU fallback) and their state
             return DeviceDecoders(router, keep=ds.keep_frames, max_gpu_decoders=owner.max_gpu_decoders,
-                                  max_call_bytes=DECODE_CALL_BYTES)
+                                  max_call_bytes=DECODE_CALL_BYTES, run_budget=budget)
         pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
                           pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
                           max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,

@@ -23,7 +23,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
-import torch
 
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.shard import EpisodeRecord
@@ -198,7 +197,7 @@ class LoadedEpisode:
         fi = self.columns.get("frame_index")
         if isinstance(fi, np.ndarray) and not np.array_equal(fi, np.arange(self.length)):
             raise CompiledFormatError("rows are not frames 0..length-1 in order", file=shard, episode=self.index)
-        self.tensors = {k: torch.from_numpy(v) for k, v in self.columns.items() if isinstance(v, np.ndarray)}
+        self.numeric = frozenset(k for k, v in self.columns.items() if isinstance(v, np.ndarray))
         self.timestamps = np.asarray(self.columns["timestamp"], dtype=np.float64).reshape(self.length)
         self.clips: dict[str, Clip] = {}
         for cam in camera_keys:
@@ -214,17 +213,19 @@ class LoadedEpisode:
 
     def pending(self, f: int, *, last: bool, run_end: int | None = None) -> PendingSample:
         """The pending sample of frame ``f`` (its window's rows gathered, its frames named, nothing decoded).
+        Numeric values are numpy arrays (``PendingSample.values``): indexing numpy costs a fraction of a tensor
+        index + clone, and workers collate them without torch's shared memory (deferred.collate_values).
         ``run_end``: see ``PoolSchedule.run_end``; passed on to cameras without a window (decode.ClipDecoders)."""
         values: dict[str, Any] = {}
-        pads: dict[str, torch.Tensor] = {}
+        pads: dict[str, np.ndarray] = {}
         for key, col in self.columns.items():
             off = self.windows.get(key)
-            if off is None:
-                values[key] = self.tensors[key][f].clone() if key in self.tensors else col[f]
+            if off is None:  # a copy (0-dim for a scalar column): a sample must not pin the episode's column
+                values[key] = np.array(col[f]) if key in self.numeric else col[f]
             else:
                 q, pad = window(f, 0, self.length, off)
-                values[key] = torch.from_numpy(col[q]) if key in self.tensors else [col[i] for i in q.tolist()]
-                pads[f"{key}_is_pad"] = torch.from_numpy(pad)
+                values[key] = col[q] if key in self.numeric else [col[i] for i in q.tolist()]
+                pads[f"{key}_is_pad"] = pad
         video: dict[str, FrameRequest] = {}
         for cam, clip in self.clips.items():
             off = self.windows.get(cam)
@@ -232,7 +233,7 @@ class LoadedEpisode:
                 video[cam] = FrameRequest(clip, np.array([f]), self.timestamps[f:f + 1], False, None, run_end)
                 continue
             q, pad = window(f, 0, self.length, off)
-            pads[f"{cam}_is_pad"] = torch.from_numpy(pad)
+            pads[f"{cam}_is_pad"] = pad
             video[cam] = FrameRequest(clip, q, self.timestamps[q], len(off) > 1, self.lanes.get(cam))
         for key in self.windows:  # padding keys in delta_timestamps order, like LeRobot
             values[f"{key}_is_pad"] = pads[f"{key}_is_pad"]

@@ -7,7 +7,9 @@ pool decodes.
 
 How a batch is decoded:
 - one task per clip of the batch: its frames in one sorted ``get_frames_at`` call per decoder lane (the clip's
-  ``ClipDecoders``: decoders reused while the clip is pooled, window lanes, kept window frames), pts checked, and
+  ``ClipDecoders``: decoders reused while the clip is pooled, window lanes, kept window frames; the first frame of
+  a GOP run decodes the whole run back to back, and the next batches take it from the run cache, bounded for all
+  clips together by one ``RunBudget``: runs.py), pts checked, and
   every frame copied into its slots of the camera's batch tensor ``[B * T, C, H, W]`` (allocated once per batch,
   pinned when the batch goes to CUDA, so the copy to the GPU is one asynchronous transfer of uint8);
 - a clip's tasks run one at a time and in batch order (its decoder is stateful and moves forward), chained with
@@ -138,7 +140,8 @@ class DecodePool:
         for key, (queried, lanes) in pending.wanted.items():
             clip = self.store.get(key)
             decoders = self._slot(key)
-            job.futures.append(self._chain(key, self._decode_task, decoders, clip, lanes, queried, targets[key]))
+            job.futures.append(self._chain(key, self._decode_task, decoders, clip, lanes, queried, targets[key],
+                                           pending.runs.get(key)))
         for key in pending.release:
             clip = self.store.release(key) or Clip.stub(key)
             decoders = self._slots.pop(key, None)
@@ -201,16 +204,16 @@ class DecodePool:
 
     # -- tasks (pool threads) ----------------------------------------------------------------------------
     def _decode_task(self, decoders: Any, clip: Clip, lanes: dict[int, int], queried: dict[int, float],
-                     targets: list[tuple[torch.Tensor, int, int]]) -> None:
+                     targets: list[tuple[torch.Tensor, int, int]], runs: dict[int, int] | None) -> None:
         if self.stream is not None:
             with torch.cuda.stream(self.stream):
-                self._decode(decoders, clip, lanes, queried, targets)
+                self._decode(decoders, clip, lanes, queried, targets, runs)
         else:
-            self._decode(decoders, clip, lanes, queried, targets)
+            self._decode(decoders, clip, lanes, queried, targets, runs)
 
     def _decode(self, decoders: Any, clip: Clip, lanes: dict[int, int], queried: dict[int, float],
-                targets: list[tuple[torch.Tensor, int, int]]) -> None:
-        got = decoders.frames(clip, lanes)
+                targets: list[tuple[torch.Tensor, int, int]], runs: dict[int, int] | None) -> None:
+        got = decoders.frames(clip, lanes, runs)  # a run's first frame decodes the rest of it (runs.py)
         for f, (_, pts) in got.items():
             if not abs(pts - queried[f]) < self.tolerance_s:
                 raise FrameTimestampError(video=clip.name, episode=clip.episode, queried_s=queried[f], loaded_s=pts,
@@ -236,8 +239,12 @@ class DecodePool:
                 out[slot].copy_(frame, non_blocking=True)
 
     def _release_task(self, decoders: Any, clip: Clip) -> None:
-        stats = decoders.stats
         decoders.release(clip)
+        self._retire(decoders)
+
+    def _retire(self, decoders: Any) -> None:
+        """Close a clip's decoders, keeping their counters."""
+        stats = decoders.stats
         decoders.close()
         with self._lock:
             for name in _STAT_FIELDS:
@@ -263,7 +270,7 @@ class DecodePool:
         self._closing = True
         self._executor.shutdown(wait=True)
         for decoders in self._slots.values():
-            decoders.close()
+            self._retire(decoders)
         self._slots.clear()
         self._tails.clear()
         self.store.clear()

@@ -25,7 +25,7 @@ def assert_same_batches(got: Sequence[dict[str, Any]], want: Sequence[dict[str, 
         assert list(g) == list(w), i
         for k in w:
             if isinstance(w[k], torch.Tensor):
-                assert torch.equal(g[k], w[k]), (i, k)
+                assert g[k].dtype == w[k].dtype and torch.equal(g[k], w[k]), (i, k)
             else:
                 assert g[k] == w[k], (i, k)
 
