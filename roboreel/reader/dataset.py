@@ -90,7 +90,7 @@ class CompiledDataset(IterableDataset):
         batch_size: the DataLoader's batch size: workers then emit whole batches, so ``len(DataLoader)`` is exact.
         stream: transport knobs (readahead, retries, backoff_s, verify_checksums, storage_options), a
             ``roboreel.StreamOptions``.
-        decode: decode knobs (device, fallback, batch, cache_mb, tolerance_s, frame_order), a
+        decode: decode knobs (device, fallback, batch, cache_mb, tolerance_s, frame_order, idle_decoders_mb), a
             ``roboreel.DecodeOptions``. The old flat keywords (``retries=``, ``decode_device=``, ...) still work
             and warn (DeprecationWarning) with the new spelling.
 
