@@ -1,19 +1,27 @@
-"""Decoders kept open across epochs (reader/decoder_cache.py): the same frames as fresh ones, within the bound."""
+"""Decoders kept open across epochs (reader/decoder_cache.py): the same frames as fresh ones, within the bound;
+when the automatic default keeps them (reader/idle_policy.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from support.datasets import assert_same_sample, codes
+from support.resume import assert_same_batches
 from torchcodec.decoders import VideoDecoder
 
 from roboreel.reader import CompiledDataset, DecodeOptions
 from roboreel.reader.decode import Clip, ClipDecoders
 from roboreel.reader.decoder_cache import IdleDecoders, decoder_bytes, process_cache
+from roboreel.reader.idle_policy import AUTO_BUDGET_BYTES, IdlePolicy
 from roboreel.reader.plan import Slice
 from roboreel.reader.source import SliceReader, Store
 
 DECODER_64 = decoder_bytes(64, 64)  # the fixtures' clips are 64x64
+
+
+def _parked() -> IdleDecoders:
+    """This process's cache at the automatic bound (``process_cache(b)`` also resizes it to ``b``)."""
+    return process_cache(AUTO_BUDGET_BYTES)
 
 
 def _clips(compiled, n: int) -> list[Clip]:
@@ -105,7 +113,8 @@ def test_epochs_read_exactly_with_the_cache_and_open_nothing_once_it_holds_the_d
     without the cache. A cache that holds every lane of every clip opens none after the first epoch; one that
     holds three decoders stays within its bound and keeps opening."""
     windows = {"observation.images.top": [-0.1, 0.0], "action": [0.0, 0.05]}
-    ref = CompiledDataset(str(small_compiled), delta_timestamps=windows, episode_pool_size=2)
+    ref = CompiledDataset(str(small_compiled), delta_timestamps=windows, episode_pool_size=2,
+                          decode=DecodeOptions(idle_decoders_mb=0))
     mb = 64 if bound == "all" else 3 * (DECODER_64 + (64 << 10)) / 2**20
     ds = CompiledDataset(str(small_compiled), delta_timestamps=windows, episode_pool_size=2,
                          decode=DecodeOptions(idle_decoders_mb=mb))
@@ -129,12 +138,16 @@ def test_epochs_read_exactly_with_the_cache_and_open_nothing_once_it_holds_the_d
         assert min(opens[1:]) > 0 and len(cache) <= 3
 
 
-def test_dataloader_workers_keep_their_own_cache(small_compiled):
-    """A persistent DataLoader worker parks its decoders between epochs: after the first epoch it opens none, and
-    the batches equal those read without the cache."""
-    ds = CompiledDataset(str(small_compiled), decode=DecodeOptions(idle_decoders_mb=64), return_uint8=True)
-    ref = CompiledDataset(str(small_compiled), return_uint8=True)
-    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1, persistent_workers=True)
+@pytest.mark.parametrize(("mb", "persistent", "kept_from"), [(64, True, 1), (None, True, 2), (None, False, None)],
+                         ids=["explicit", "automatic", "automatic-non-persistent"])
+def test_dataloader_workers_keep_their_own_cache(small_compiled, mb, persistent, kept_from):
+    """A persistent DataLoader worker parks its decoders between epochs: with an explicit bound it opens none
+    after its first epoch, in the automatic mode none after its second (the first parks nothing: the worker may
+    live one epoch only). A worker that is a new process every epoch never parks and opens every clip each time.
+    The batches equal those read without the cache."""
+    ds = CompiledDataset(str(small_compiled), decode=DecodeOptions(idle_decoders_mb=mb), return_uint8=True)
+    ref = CompiledDataset(str(small_compiled), decode=DecodeOptions(idle_decoders_mb=0), return_uint8=True)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1, persistent_workers=persistent)
     opens = []
     for e in range(3):
         ds.set_epoch(e)
@@ -147,4 +160,73 @@ def test_dataloader_workers_keep_their_own_cache(small_compiled):
         for g, w in zip(got, want, strict=True):
             assert torch.equal(g["index"], w["index"])
             assert all(torch.equal(g[c], w[c]) for c in ds.camera_keys)
-    assert opens[0] == len(ds.manifest.episodes) * len(ds.camera_keys) and opens[1:] == [0, 0]
+    n = len(ds.manifest.episodes) * len(ds.camera_keys)
+    assert opens == [n if kept_from is None or e < kept_from else 0 for e in range(3)]
+    assert len(_parked()) == 0  # the workers' caches, not this process's
+
+
+WINDOWS = {"observation.images.top": [-0.1, 0.0], "action": [0.0, 0.05]}  # a camera window: two lanes per clip
+
+
+def test_automatic_mode_parks_from_the_second_epoch_exactly_what_it_estimated(small_compiled):
+    """The default (automatic) in one process: epoch 0 opens and closes every clip x lane, epoch 1 opens them again
+    and parks them, epoch 2 takes them back; every sample equals the one read with the cache off. What is parked
+    is every clip x lane, and its bytes by the cache's own accounting are the policy's estimate."""
+    ds = CompiledDataset(str(small_compiled), delta_timestamps=WINDOWS, episode_pool_size=2)
+    ref = CompiledDataset(str(small_compiled), delta_timestamps=WINDOWS, episode_pool_size=2,
+                          decode=DecodeOptions(idle_decoders_mb=0))
+    assert ds.idle_decoder_bytes is None and ds.decode_options.idle_decoders_mb is None
+    want, want_opens = _epochs(ref, 3)
+    got, opens = _epochs(ds, 3)
+    n = want_opens[0]
+    clips = len(ds.manifest.episodes) * len(ds.camera_keys)
+    assert n == clips + len(ds.manifest.episodes)  # the windowed camera's clips have two lanes each
+    assert want_opens == [n, n, n] and opens == [n, n, 0]
+    for g, w in zip(got, want, strict=True):
+        assert len(g) == len(w) > 0
+        for a, b in zip(g, w, strict=True):
+            assert_same_sample(a, b, ds.camera_keys)
+    cache = _parked()
+    assert len(cache) == n and cache.nbytes == ds.idle_policy.need() <= ds.idle_policy.budget
+
+
+def test_a_dataset_above_the_automatic_budget_gets_no_cache(small_compiled):
+    """A dataset whose clips x lanes do not all fit the budget parks none (a fraction would slow the creep in
+    proportion only, at full price): it opens every clip every epoch. At exactly the budget it fits."""
+    ds = CompiledDataset(str(small_compiled))
+    need = ds.idle_policy.need()
+    clips = len(ds.manifest.episodes) * len(ds.camera_keys)
+    assert clips * DECODER_64 < need < clips * (DECODER_64 + (64 << 10))  # decoders + the clips' own bytes
+    decoders = clips * DECODER_64
+    assert ds.idle_policy.need(budget=decoders - 1) == decoders  # known above it: no episode detail read
+    ds.idle_policy = IdlePolicy(None, ds.idle_policy.need, budget=need - 1)
+    assert _epochs(ds, 3)[1] == [clips] * 3 and len(_parked()) == 0
+    ds.idle_policy = IdlePolicy(None, ds.idle_policy.need, budget=need)
+    assert _epochs(ds, 3)[1] == [clips, clips, 0] and _parked().nbytes == need
+
+
+def test_the_loader_decode_stage_keeps_its_cpu_decoders_from_its_second_epoch(small_compiled):
+    """roboreel.loader decodes in this process, which lives across epochs: its CPU decoders follow the same policy
+    (opens n, n, 0) and its batches equal those of a loader with the cache off."""
+    import roboreel
+
+    def run(mb):
+        ds = CompiledDataset(str(small_compiled), delta_timestamps=WINDOWS, episode_pool_size=2, return_uint8=True,
+                             decode=DecodeOptions(idle_decoders_mb=mb))
+        dl = roboreel.loader(ds, batch_size=4, num_workers=1, persistent_workers=True, decode_threads=2)
+        batches, opens = [], []
+        for e in range(3):
+            dl.set_epoch(e)
+            before = dl.stats()["decoder_opens"]
+            batches.append(list(dl))
+            opens.append(dl.stats()["decoder_opens"] - before)
+        dl.close()
+        return batches, opens
+
+    want, want_opens = run(0)
+    got, opens = run(None)
+    n = want_opens[0]
+    assert n > 0 and want_opens == [n, n, n] and opens == [n, n, 0]
+    assert len(_parked()) == n
+    for g, w in zip(got, want, strict=True):
+        assert_same_batches(g, w)

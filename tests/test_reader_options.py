@@ -27,9 +27,16 @@ def test_groups_are_exported_frozen_and_checked():
                        (lambda: DecodeOptions(batch=True), "DecodeOptions.batch must be an integer"),
                        (lambda: DecodeOptions(cache_mb=-1), "cache_mb must be a number >= 0, got -1"),
                        (lambda: DecodeOptions(idle_decoders_mb=-1), "idle_decoders_mb must be a number >= 0"),
+                       (lambda: DecodeOptions(idle_decoders_mb="auto"), "idle_decoders_mb must be a number >= 0"),
                        (lambda: DecodeOptions(frame_order="gop"), "frame_order must be one of")):
         with pytest.raises(ValueError, match=match):
             bad()
+
+
+def test_idle_decoders_default_to_automatic_and_take_none_zero_or_a_bound():
+    """None (the default) is the automatic mode (reader/idle_policy.py); 0 and a number are explicit bounds."""
+    assert DecodeOptions().idle_decoders_mb is None
+    assert [DecodeOptions(idle_decoders_mb=v).idle_decoders_mb for v in (None, 0, 0.5, 64)] == [None, 0, 0.5, 64]
 
 
 def test_every_group_field_has_its_legacy_keyword():

@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="soak: EPOCHS epochs with persistent workers, RSS of every process per epoch")
     p.add_argument("--soak-warmup", type=int, default=5, help="with --soak: epochs before growth is measured")
     p.add_argument("--soak-idle-decoders-mb", type=float, default=None,
-                   help="with --soak: DecodeOptions.idle_decoders_mb (default: the dataset's default)")
+                   help="with --soak: DecodeOptions.idle_decoders_mb (default: the dataset's default, automatic; "
+                        "0: off)")
     p.add_argument("--scale", action="store_true",
                    help="start-up and memory vs episodes in the index (padded indexes of --scale-sizes episodes)")
     p.add_argument("--scale-sizes", default="1000,10000,100000,1000000")

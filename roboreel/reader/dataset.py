@@ -26,10 +26,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 from roboreel.formats.index import FileIndex
 from roboreel.formats.manifest import Manifest, load_manifest
 from roboreel.reader.decode import ClipDecoders, PendingSample, materialize
-from roboreel.reader.decoder_cache import process_cache
 from roboreel.reader.deferred import ship_once
 from roboreel.reader.forksafe import isolate_inherited_heap
 from roboreel.reader.heap import pin_mmap_threshold, release_free_memory
+from roboreel.reader.idle_policy import IdlePolicy, camera_lanes, idle_bytes_needed
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.options import DecodeOptions, StreamOptions, legacy_options
 from roboreel.reader.plan import (
@@ -90,7 +90,7 @@ class CompiledDataset(IterableDataset):
         batch_size: the DataLoader's batch size: workers then emit whole batches, so ``len(DataLoader)`` is exact.
         stream: transport knobs (readahead, retries, backoff_s, verify_checksums, storage_options), a
             ``roboreel.StreamOptions``.
-        decode: decode knobs (device, fallback, batch, cache_mb, tolerance_s, frame_order), a
+        decode: decode knobs (device, fallback, batch, cache_mb, tolerance_s, frame_order, idle_decoders_mb), a
             ``roboreel.DecodeOptions``. The old flat keywords (``retries=``, ``decode_device=``, ...) still work
             and warn (DeprecationWarning) with the new spelling.
 
@@ -163,7 +163,10 @@ class CompiledDataset(IterableDataset):
         self.split_options = SplitOptions(equal_steps=equal_steps, batch_size=batch_size)
         self.decode_batch, self.readahead = decode.batch, stream.readahead
         self.decode_cache_bytes = int(decode.cache_mb * 2**20)
-        self.idle_decoder_bytes = int(decode.idle_decoders_mb * 2**20)
+        mb = decode.idle_decoders_mb
+        self.idle_decoder_bytes = None if mb is None else int(mb * 2**20)  # None: automatic (idle_policy.py)
+        self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(
+            idle_bytes_needed, m, self.episodes, camera_lanes(self.windows, self.camera_keys)))
         self.verify_checksums, self.retries, self.backoff_s = stream.verify_checksums, stream.retries, stream.backoff_s
         self._meta: DatasetMeta | None = None
         gops = [c.gop for c in m.cameras if c.gop]
@@ -311,7 +314,7 @@ class CompiledDataset(IterableDataset):
         prefetch = Prefetcher(loaded, self.readahead) if todo else iter(())
         decoders = ClipDecoders(device=self.decode_device, keep=self.keep_frames,
                                 run_cache_bytes=self.decode_cache_bytes,
-                                idle=process_cache(self.idle_decoder_bytes) if not deferred else None)
+                                idle=self.idle_policy.begin() if not deferred else None)
         flusher = Flusher(self._counters, row)
         yielded = 0
 

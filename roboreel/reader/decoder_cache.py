@@ -12,7 +12,8 @@ The price is memory: an idle decoder keeps FFmpeg's demuxer and codec state, ~1 
 docs/reliability.md). Parked decoders are dropped least recently used first beyond ``max_bytes``; one that does
 not fit alone is closed, as without the cache. The cache is per process (a DataLoader worker has its own, since
 decoders cannot cross processes); a forked child starts empty and never finalises the parent's decoders
-(forksafe.py). A decoder is either in use by one ``ClipDecoders`` or parked here, never both.
+(forksafe.py). A decoder is either in use by one ``ClipDecoders`` or parked here, never both. Which processes
+use it, and with what bound, is idle_policy.py's decision.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import torch
 
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader.decode import Clip, ClipDecoders, DecodeStats, SeekMode
+from roboreel.reader.decoder_cache import IdleDecoders
 from roboreel.reader.routing import Router
 from roboreel.reader.runs import RunBudget
 
@@ -55,14 +56,17 @@ class DeviceDecoders:
         max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS,
         max_call_bytes: int = 0,
         run_budget: RunBudget | None = None,
+        idle: IdleDecoders | None = None,
     ) -> None:
         if not isinstance(max_gpu_decoders, int) or max_gpu_decoders < 1:
             raise ValueError(f"max_gpu_decoders must be an integer >= 1, got {max_gpu_decoders!r}")
         self.router = router
         self.device = router.device
         budget = RunBudget(0) if run_budget is None else run_budget  # shared by every clip's decoders (runs.py)
+        # ``idle``: the CPU decoders of a released clip are parked there for a later epoch (decoder_cache.py);
+        # GPU decoders are not (NVDEC sessions are few, and torchcodec caches those itself)
         self.cpu = ClipDecoders(device="cpu", seek_mode=seek_mode, keep=dict(keep or {}), max_call_bytes=max_call_bytes,
-                                budget=budget)
+                                idle=idle, budget=budget)
         self.gpu: _ObservedDecoders | None = None
         if self.device != "cpu":
             self.gpu = _ObservedDecoders(device=self.device, seek_mode=seek_mode, keep=dict(keep or {}),

@@ -78,7 +78,11 @@ class DecodeOptions:
             sample) or "random" (every frame independent, ~GOP/2 decoded frames per sample).
         idle_decoders_mb: decoders of released clips each process keeps open (estimated MiB), taken back when the
             clip is pooled again in a later epoch instead of opening a new one: torch 2.13 leaks ~0.84 KB per
-            decoder opened (docs/reliability.md, "Memory over long training"). 0 turns it off.
+            decoder opened, a creep of ~6% per worker over 100 epochs on a small dataset (docs/reliability.md,
+            "Memory over long training"). None (default): automatic, from a process's second iteration of the
+            dataset on (a persistent DataLoader worker, or the main process) and only if every clip x lane of
+            the dataset fits 256 MiB: ~+150-180 MB per such process, the price of a flat RSS
+            (reader/idle_policy.py). A number: that bound, from the first iteration. 0 turns it off.
     """
 
     device: str = "cpu"
@@ -87,7 +91,7 @@ class DecodeOptions:
     cache_mb: float = DEFAULT_RUN_CACHE_BYTES / 2**20
     tolerance_s: float = 1e-4
     frame_order: FrameOrder = "segments"
-    idle_decoders_mb: float = 0
+    idle_decoders_mb: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, str):
@@ -97,7 +101,8 @@ class DecodeOptions:
         _int_at_least("DecodeOptions.batch", self.batch, 1)
         _number_at_least("DecodeOptions.cache_mb", self.cache_mb, 0)
         _number_at_least("DecodeOptions.tolerance_s", self.tolerance_s, 0)
-        _number_at_least("DecodeOptions.idle_decoders_mb", self.idle_decoders_mb, 0)
+        if self.idle_decoders_mb is not None:
+            _number_at_least("DecodeOptions.idle_decoders_mb", self.idle_decoders_mb, 0)
         if self.frame_order not in FRAME_ORDERS:
             raise ValueError(f"DecodeOptions.frame_order must be one of {FRAME_ORDERS}, got {self.frame_order!r}")
 
