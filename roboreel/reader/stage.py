@@ -171,7 +171,15 @@ class DecodePool:
     def _chain(self, key: ClipKey, fn: Callable[..., Any], *args: Any) -> Future:
         """Run ``fn(*args)`` on the pool after the clip's previous task (without holding a thread to wait)."""
         prev = self._tails.get(key)
-        out: Future = Future()
+        if prev is None or prev.done():  # nothing to wait for: the executor's own future is the chain's tail
+            try:
+                out = self._executor.submit(self._unless_closing, fn, *args)
+            except RuntimeError:  # the pool shut down in between
+                out = Future()
+                out.cancel()
+            self._tails[key] = out
+            return out
+        out = Future()
 
         def start(_: Any = None) -> None:
             if self._closing:  # the iteration was closed while the clip waited: nothing more to decode
@@ -184,10 +192,7 @@ class DecodePool:
                 return
             inner.add_done_callback(lambda f: _forward(f, out))
 
-        if prev is None or prev.done():
-            start()
-        else:
-            prev.add_done_callback(start)
+        prev.add_done_callback(start)
         self._tails[key] = out
         return out
 
