@@ -9,6 +9,7 @@ checkout, e.g. a ``git worktree`` of an older commit); run it under ``perf recor
     python scripts/loader_cpu.py ~/.cache/roboreel/aloha-compiled --batch-size 16 --num-workers 2
     python scripts/loader_cpu.py DIR --reader dataloader          # DataLoader(CompiledDataset) instead
     python scripts/loader_cpu.py DIR --channels-last --repo /path/to/other/checkout
+    python scripts/loader_cpu.py DIR --by-thread                  # decode pool vs stage vs main thread
 """
 
 from __future__ import annotations
@@ -41,12 +42,13 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _cpu(pid: int) -> float:
+def _cpu(pid: int, *, thread: bool = False) -> float | None:
+    """utime + stime of a process (or, with ``thread``, of a thread of this process) in seconds."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/self/task/{pid}/stat" if thread else f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
+        return None if thread else 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
@@ -70,6 +72,8 @@ def main() -> int:
     p.add_argument("--action-window", type=int, default=0,
                    help="delta_timestamps: this many action steps from the current frame (ACT's chunk: 100)")
     p.add_argument("--repo", default=None, help="import roboreel from this checkout")
+    p.add_argument("--by-thread", action="store_true",
+                   help="also split the training process's CPU by thread (decode pool, decode stage, main, ...)")
     args = p.parse_args()
     if args.repo:
         sys.path.insert(0, args.repo)
@@ -93,8 +97,16 @@ def main() -> int:
     peak = {"tree": 0, "main": 0}
     stop = threading.Event()
 
-    def watch() -> None:
-        while not stop.wait(0.1):
+    by_thread: dict[int, tuple[str, float]] = {}  # native thread id -> (name, CPU seconds last seen)
+    counting = threading.Event()
+
+    def watch() -> None:  # every 0.02 s with --by-thread: decode threads end with each epoch, unsampled after
+        while not stop.wait(0.02 if args.by_thread else 0.1):
+            if args.by_thread and counting.is_set():  # threads come and go per epoch: keep each one's last reading
+                for t in threading.enumerate():
+                    c = _cpu(t.native_id, thread=True)
+                    if c is not None:
+                        by_thread[t.native_id] = (t.name.split("_")[0].split(" ")[0], c)
             rss = {q: _rss(q) for q in _tree(me)}
             peak["tree"] = max(peak["tree"], sum(rss.values()))
             peak["main"] = max(peak["main"], rss.get(me, 0))
@@ -105,6 +117,8 @@ def main() -> int:
         ds.set_epoch(epoch)
         if epoch == 1:
             t0, c0, n = time.perf_counter(), {q: _cpu(q) for q in _tree(me)}, 0
+            start = {t.native_id: _cpu(t.native_id, thread=True) or 0.0 for t in threading.enumerate()}
+            counting.set()
         for batch in dl:
             n += int(batch[ds.camera_keys[0]].shape[0])
         if epoch == args.epochs - 1:
@@ -117,6 +131,12 @@ def main() -> int:
           f"{args.num_workers} workers: {n / dt:.0f} samples/s; CPU ms/sample {main_ms + workers_ms:.2f} "
           f"(training process {main_ms:.2f}, workers {workers_ms:.2f}); peak RSS tree {peak['tree'] / 2**20:.0f} MB, "
           f"training process {peak['main'] / 2**20:.0f} MB")
+    if args.by_thread:  # sampled every 0.02 s: a thread's last 0.02 s before it ended is missed
+        names: dict[str, float] = {}
+        for tid, (name, c) in by_thread.items():
+            names[name] = names.get(name, 0.0) + c - start.get(tid, 0.0)
+        print("training process by thread, CPU ms/sample: " + ", ".join(
+            f"{k} {v / n * 1e3:.3f}" for k, v in sorted(names.items(), key=lambda kv: -kv[1])))
     return 0
 
 

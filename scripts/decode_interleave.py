@@ -1,0 +1,126 @@
+"""What a frame costs to decode when clips are interleaved, as a shuffling loader must, against the decode ceiling.
+
+The bench's decode ceiling (roboreel/bench/ceiling.py) decodes each clip front to back, one clip after another, one
+process per core: the cheapest way to turn the clips into pixels. A training loader cannot read that way: every
+batch mixes episodes (the pool), so each decode thread moves between several clips' decoders, a GOP run of one,
+then a run of another, in a shuffled run order. This measures the CPU time per frame of both access patterns on
+the same clips, in threads of one process (as ``roboreel.loader``'s decode stage runs them), with the stage's
+heap settings and call size:
+
+- ``sequential``: each thread decodes its clips one after another, front to back (the ceiling's pattern);
+- ``runs``: the same clips, but each clip's GOP runs in a shuffled order (seeks, no interleaving);
+- ``interleaved``: each thread takes one run of each of its clips in turn (the stage's pattern).
+
+    python scripts/decode_interleave.py ~/.cache/roboreel/aloha-compiled --threads 2 --repeats 3
+
+Not a test: CPU time, for the docs' account of where the loader's time goes (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import statistics
+import sys
+import threading
+import time
+
+PATTERNS = ("sequential", "runs", "interleaved")
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _plan(num_frames: int, gop: int, *, shuffle: bool, seed: int) -> list[list[int]]:
+    runs = [list(range(s, min(num_frames, s + gop))) for s in range(0, num_frames, gop)]
+    if shuffle:
+        random.Random(seed).shuffle(runs)
+    return runs
+
+
+def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: int, seed: int) -> int:
+    """Decode every frame of ``clips`` in ``pattern``; returns the frames decoded."""
+    from torchcodec.decoders import VideoDecoder
+
+    decoders = [VideoDecoder(c, seek_mode="approximate") for c in clips]
+    plans = [_plan(d.metadata.num_frames or 0, gop, shuffle=pattern != "sequential", seed=seed + i)
+             for i, d in enumerate(decoders)]
+    order: list[tuple[int, list[int]]] = []
+    if pattern == "interleaved":
+        for k in range(max(map(len, plans), default=0)):
+            order += [(i, p[k]) for i, p in enumerate(plans) if k < len(p)]
+    else:
+        order = [(i, run) for i, p in enumerate(plans) for run in p]
+    n = 0
+    for i, run in order:
+        for j in range(0, len(run), call_frames):
+            n += len(decoders[i].get_frames_at(run[j:j + call_frames]).data)
+    return n
+
+
+def measure(clips: list[bytes], pattern: str, *, threads: int, gop: int, call_frames: int,
+            seed: int = 0) -> tuple[float, float]:
+    """(CPU ms per frame, frames/s) decoding ``clips`` in ``threads`` threads of this process."""
+    counts: list[int] = []
+    lock = threading.Lock()
+
+    def run(share: list[bytes]) -> None:
+        n = _decode_share(share, pattern, gop=gop, call_frames=call_frames, seed=seed)
+        with lock:
+            counts.append(n)
+
+    workers = [threading.Thread(target=run, args=(clips[t::threads],)) for t in range(threads)]
+    c0, t0 = _cpu(), time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    frames = sum(counts)
+    return (_cpu() - c0) / frames * 1e3, frames / (time.perf_counter() - t0)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("compiled", help="a local compiled dataset")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3, help="alternated rounds; medians reported")
+    p.add_argument("--copies", type=int, default=2, help="decode the clip set this many times per round")
+    args = p.parse_args()
+    import torch
+
+    from roboreel.bench.ceiling import compiled_clips
+    from roboreel.formats.manifest import load_manifest
+    from roboreel.reader.heap import (
+        DECODE_CALL_BYTES,
+        DECODE_MMAP_THRESHOLD_BYTES,
+        DECODE_TRIM_THRESHOLD_BYTES,
+        pin_mmap_threshold,
+    )
+
+    torch.set_num_threads(1)
+    pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES, DECODE_TRIM_THRESHOLD_BYTES)  # the decode stage's heap
+    manifest = load_manifest(args.compiled)
+    cam = manifest.cameras[0]
+    gop = cam.gop or 10
+    call_frames = max(1, DECODE_CALL_BYTES // (3 * cam.width * cam.height))
+    clips = compiled_clips(args.compiled) * args.copies
+    print(f"{len(clips)} clips of {cam.width}x{cam.height}, GOP {gop}, calls of <= {call_frames} frames, "
+          f"{args.threads} threads")
+    results: dict[str, list[tuple[float, float]]] = {k: [] for k in PATTERNS}
+    for r in range(args.repeats):
+        for pattern in PATTERNS:
+            results[pattern].append(measure(clips, pattern, threads=args.threads, gop=gop,
+                                               call_frames=call_frames, seed=r))
+    base = statistics.median(ms for ms, _ in results["sequential"])
+    for pattern in PATTERNS:
+        ms = statistics.median(m for m, _ in results[pattern])
+        fps = statistics.median(f for _, f in results[pattern])
+        print(f"{pattern:12s} {ms:.4f} CPU ms/frame ({100 * (ms / base - 1):+.1f}%), {fps:,.0f} frames/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
