@@ -149,6 +149,27 @@ def test_each_clip_is_opened_once_and_released(compiled):
     assert st["decoder_reuses"] > 0 and st["frames_decoded"] == st["samples"] * len(CAMERAS)
 
 
+@pytest.mark.parametrize("windows", [None, WINDOWS], ids=["single", "windows"])
+def test_worker_collate_equals_default_collate_of_the_samples_values(compiled, windows):
+    """Workers stack numeric values with numpy (no shared-memory file per tensor): every key's dtype, shape and
+    values equal ``default_collate`` of the same samples' values as tensors; strings stay lists."""
+    from torch.utils.data import default_collate
+
+    from roboreel.reader.decode import value_tensors
+    from roboreel.reader.deferred import collate_values
+
+    ds = _make(compiled, delta_timestamps=windows)()
+    pending = [p for p, _ in _PendingStream(ds)][:7]
+    got = collate_values([p.values for p in pending])
+    want = default_collate([value_tensors(p.values) for p in pending])
+    assert list(got) == list(want) and "task" in got and isinstance(got["task"], list)
+    for k, w in want.items():
+        if isinstance(w, torch.Tensor):
+            assert got[k].dtype == w.dtype and got[k].shape == w.shape and torch.equal(got[k], w), k
+        else:
+            assert got[k] == w, k
+
+
 def _decode_epoch(ds, budget: RunBudget, *, max_call_bytes: int, threads: int = 2) -> tuple[list, Any, int]:
     """One epoch of pending batches through a DecodePool whose clips share ``budget``: the uint8 camera tensors of
     every batch, the pool's counters, and the most the budget held after any batch was submitted."""
