@@ -29,8 +29,6 @@ from roboreel.reader.decoder_cache import IdleDecoders
 from roboreel.reader.heap import in_side_arena
 from roboreel.reader.runs import DEFAULT_RUN_CACHE_BYTES, DecodedRun, RunBudget, run_ahead
 
-__all__ = ["DEFAULT_RUN_CACHE_BYTES", "Clip", "ClipDecoders", "FrameRequest", "PendingSample", "materialize"]
-
 SeekMode = Literal["approximate", "exact"]
 SEEK_MODES = ("approximate", "exact")
 

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roboreel.reader.decode import DEFAULT_RUN_CACHE_BYTES
 from roboreel.reader.pool import FRAME_ORDERS, FrameOrder
 from roboreel.reader.routing import DecodeFallback
+from roboreel.reader.runs import DEFAULT_RUN_CACHE_BYTES
 
 _FALLBACKS = ("error", "cpu")
 
