@@ -42,6 +42,7 @@ from roboreel.reader.heap import (
     DECODE_MMAP_THRESHOLD_BYTES,
     DECODE_TRIM_THRESHOLD_BYTES,
     pin_mmap_threshold,
+    trim_heap,
 )
 from roboreel.reader.prefetch import Prefetcher
 from roboreel.reader.resume import worker_batches
@@ -327,6 +328,7 @@ class _Stage:
         finally:
             pool.close()
             flush()
+            trim_heap()  # iteration over: the arenas' free pages back to the system (heap.py), flat over epochs
 
 
 def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
