@@ -237,8 +237,7 @@ class ClipDecoders:
         """Frames per ``get_frames_at`` call, so its output tensor stays under ``max_call_bytes`` (see the class doc)."""
         if not self.max_call_bytes:
             return 1 << 30
-        md = dec.metadata
-        frame_bytes = 3 * (md.width or 0) * (md.height or 0)
+        frame_bytes = _frame_bytes(dec)
         return max(1, self.max_call_bytes // frame_bytes) if frame_bytes else 1 << 30
 
     def _run_frames(self, clip: Clip, wanted: dict[int, int],
@@ -257,8 +256,7 @@ class ClipDecoders:
         if not misses:
             return out
         dec = self._opened(clip, 0)
-        md = dec.metadata
-        frame_bytes = 3 * (md.width or 0) * (md.height or 0)
+        frame_bytes = _frame_bytes(dec)
         ahead = run_ahead(misses, runs)
         # room for the calls' every frame (a cached view keeps its call's whole output alive), or no run at all
         n = self.budget.reserve(len(misses) + len(ahead), frame_bytes, at_least=len(misses) + 1) if ahead else 0
@@ -314,6 +312,12 @@ class ClipDecoders:
 
     def __len__(self) -> int:
         return len(self._open)
+
+
+def _frame_bytes(dec: Any) -> int:
+    """Bytes of one decoded uint8 RGB frame of ``dec`` (0 when its metadata lacks the size)."""
+    md = dec.metadata
+    return 3 * (md.width or 0) * (md.height or 0)
 
 
 def _calls(frames: list[int], pos: int, step: int) -> Iterator[list[int]]:

@@ -25,15 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 
 from roboreel.formats.manifest import Manifest
 from roboreel.formats.shard import clip_member
-from roboreel.reader.decode import MAX_LANES
+from roboreel.reader.decode import window_lanes
 from roboreel.reader.decoder_cache import IdleDecoders, decoder_bytes, process_cache
 
 AUTO_BUDGET_BYTES = 256 << 20
 
 
 def camera_lanes(windows: Mapping[str, Sequence[float]], camera_keys: Sequence[str]) -> dict[str, int]:
-    """Decoders per clip of each camera: one, or one per lane of a multi-offset window (decode.window_lanes)."""
-    return {k: min(len(windows[k]), MAX_LANES) if k in windows and len(windows[k]) > 1 else 1 for k in camera_keys}
+    """Decoders per clip of each camera: the lanes ``decode.window_lanes`` gives its window (one without one)."""
+    return {k: int(window_lanes(len(windows[k])).max()) + 1 if k in windows else 1 for k in camera_keys}
 
 
 def idle_bytes_needed(manifest: Manifest, episodes: Sequence[int] | None, lanes: Mapping[str, int], *,
