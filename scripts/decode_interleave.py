@@ -9,7 +9,14 @@ heap settings and call size:
 
 - ``sequential``: each thread decodes its clips one after another, front to back (the ceiling's pattern);
 - ``runs``: the same clips, but each clip's GOP runs in a shuffled order (seeks, no interleaving);
-- ``interleaved``: each thread takes one run of each of its clips in turn (the stage's pattern).
+- ``interleaved``: each thread takes one run of each of its clips in turn (the stage's pattern);
+- ``interleaved+hwc``: that, and every frame copied into a slot of a [B, H, W, C] batch array (a memcpy: what the
+  stage does with ``channels_last=True`` and when the batch goes to a GPU);
+- ``interleaved+chw``: that, and every frame deinterleaved into a slot of a [B, C, H, W] batch array with the
+  stage's own ``copy_frame`` (what the contract's contiguous CPU batches cost).
+
+The last two are a bound no loader built on torchcodec's CPU decoder can beat: decode in the order a shuffling
+loader must use, and the one copy its output layout needs, with no workers, no stage and no Python beyond the calls.
 
     python scripts/decode_interleave.py ~/.cache/roboreel/aloha-compiled --threads 2 --repeats 3
 
@@ -26,7 +33,8 @@ import sys
 import threading
 import time
 
-PATTERNS = ("sequential", "runs", "interleaved")
+PATTERNS = ("sequential", "runs", "interleaved", "interleaved+hwc", "interleaved+chw")
+_BATCH = 16  # slots of the batch array the copies rotate through
 
 
 def _cpu() -> float:
@@ -43,13 +51,21 @@ def _plan(num_frames: int, gop: int, *, shuffle: bool, seed: int) -> list[list[i
 
 def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: int, seed: int) -> int:
     """Decode every frame of ``clips`` in ``pattern``; returns the frames decoded."""
+    import numpy as np
     from torchcodec.decoders import VideoDecoder
 
+    from roboreel.reader.stage import copy_frame
+
     decoders = [VideoDecoder(c, seek_mode="approximate") for c in clips]
+    layout = pattern.partition("+")[2]
+    batch = None
+    if layout and decoders:
+        h, w = decoders[0].metadata.height or 0, decoders[0].metadata.width or 0
+        batch = np.empty((_BATCH, 3, h, w) if layout == "chw" else (_BATCH, h, w, 3), dtype=np.uint8)
     plans = [_plan(d.metadata.num_frames or 0, gop, shuffle=pattern != "sequential", seed=seed + i)
              for i, d in enumerate(decoders)]
     order: list[tuple[int, list[int]]] = []
-    if pattern == "interleaved":
+    if pattern.startswith("interleaved"):
         for k in range(max(map(len, plans), default=0)):
             order += [(i, p[k]) for i, p in enumerate(plans) if k < len(p)]
     else:
@@ -57,7 +73,14 @@ def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: in
     n = 0
     for i, run in order:
         for j in range(0, len(run), call_frames):
-            n += len(decoders[i].get_frames_at(run[j:j + call_frames]).data)
+            data = decoders[i].get_frames_at(run[j:j + call_frames]).data
+            if batch is not None:
+                for frame in data:
+                    a = frame.numpy()  # [C, H, W] view of channels-last memory
+                    copy_frame(a if layout == "chw" else a.transpose(1, 2, 0), batch[n % _BATCH])
+                    n += 1
+            else:
+                n += len(data)
     return n
 
 
@@ -118,7 +141,8 @@ def main() -> int:
     for pattern in PATTERNS:
         ms = statistics.median(m for m, _ in results[pattern])
         fps = statistics.median(f for _, f in results[pattern])
-        print(f"{pattern:12s} {ms:.4f} CPU ms/frame ({100 * (ms / base - 1):+.1f}%), {fps:,.0f} frames/s")
+        spread = ", ".join(f"{m:.3f}" for m, _ in results[pattern])
+        print(f"{pattern:16s} {ms:.4f} CPU ms/frame ({100 * (ms / base - 1):+.1f}%), {fps:,.0f} frames/s  [{spread}]")
     return 0
 
 

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import platform
+import statistics
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
@@ -93,11 +94,23 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
             echo(f"skipping reader 'lerobot': {why} (--lerobot-python runs it in LeRobot's own venv)")
             readers.remove("lerobot")
     ceiling_fps = transport = None
+    ceilings: list[float] = []  # one per local round: the ceiling is alternated with the readers too
+    clips = compiled_clips(compiled) if ceiling else []
+
+    def round_ceiling(where: str, mode: str, r: int) -> float | None:
+        """The ceiling for this round: measured again before every local round, so a machine whose speed drifts
+        (a shared host) moves the ceiling with the readers around it instead of skewing every "of ceiling"
+        against one early measurement; remote rounds use the median so far."""
+        if not clips:
+            return None
+        if where == "local":
+            ceilings.append(decode_ceiling(clips))
+            echo(f"decode ceiling ({mode} #{r}): {ceilings[-1]:,.0f} frames/s (sequential decode of {len(clips)} "
+                 "compiled clips, one process per core)")
+            return ceilings[-1]
+        return statistics.median(ceilings) if ceilings else None
+
     if ceiling:
-        clips = compiled_clips(compiled)
-        ceiling_fps = decode_ceiling(clips)
-        echo(f"decode ceiling: {ceiling_fps:,.0f} frames/s (sequential decode of {len(clips)} compiled clips, "
-             f"one process per core)")
         shapes = [(3, c.height, c.width) for c in load_manifest(compiled).cameras]
         transport = transport_bound(shapes, uint8=cfg.uint8, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
                                     prefetch=cfg.prefetch)
@@ -113,6 +126,7 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
         for where, c, s in places:
             for mode in modes:
                 for r in range(repeats):
+                    ceiling_fps = round_ceiling(where, mode, r)
                     for reader in readers:
                         run_cfg = cfg
                         if where != "local" and reader != "compiled":
@@ -134,6 +148,7 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
                              f"{res['distinct_episodes_per_batch']:.1f} episodes/batch, "
                              f"peak RSS {res['peak_rss_mb']:.0f} MB, CPU {_ms(res.get('cpu_ms_per_sample'))} ms/sample"
                              f"{_gpu_note(res)}")
+    ceiling_fps = statistics.median(ceilings) if ceilings else None
     rows = summarize(runs)
     table = markdown_table(rows)
     write_runs(out, runs)
@@ -143,6 +158,7 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "python": platform.python_version()},
         "config": asdict(cfg), "repeats": repeats, "ceiling_frames_per_s": ceiling_fps,
+        "ceiling_frames_per_s_rounds": ceilings,
         "ceiling_samples_per_s": ceiling_sps, "transport_samples_per_s": transport, "summary": rows,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
