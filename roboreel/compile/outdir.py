@@ -63,12 +63,23 @@ def lock_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if old["source"]["fingerprint"] != new["source"]["fingerprint"]:
         diffs.append(f"source fingerprint ({old['source']['url']} vs {new['source']['url']})")
 
-    for key in sorted(set(old["settings"]) | set(new["settings"])):
-        if old["settings"].get(key) != new["settings"].get(key):
-            diffs.append(f"setting {key}: {old['settings'].get(key)!r} vs {new['settings'].get(key)!r}")
+    was, now = _settings(old["settings"]), _settings(new["settings"])
+    for key in sorted(set(was) | set(now)):
+        if was.get(key) != now.get(key):
+            diffs.append(f"setting {key}: {was.get(key)!r} vs {now.get(key)!r}")
     if old.get("chunks_size") != new.get("chunks_size") or old.get("shards") != new.get("shards"):
         diffs.append("shard plan")
     return diffs
+
+
+def _settings(d: dict[str, Any]) -> dict[str, Any]:
+    """A lock's settings with the defaults of settings added since it was written (what its bytes were made
+    with), so a lock from an older roboreel compares by meaning; settings this version does not know stay as
+    they are (and then differ)."""
+    try:
+        return CompileSettings.from_dict(d).to_dict()
+    except (TypeError, ValueError):
+        return dict(d)
 
 
 def check_source_files(out: str, lock: dict[str, Any], shard_files: list[set[str]]) -> None:
