@@ -1,0 +1,110 @@
+"""Transient faults of remote reads: which errors a second try can fix, and retrying them.
+
+Remote storage (http(s)://, hf://, s3:// through fsspec) fails now and then in ways that a later attempt fixes: a
+503 or 429 from a busy server, a connection reset, a stalled read, a body that ends early. The compiler (reading a
+LeRobot source) and the reader (streaming shards) both retry those after an exponential backoff and, once a budget
+of attempts is spent, raise an error naming the file. Everything else (a 404, a permission error, a corrupt file, a
+bug) is raised at once: repeating it cannot help and would only delay the error.
+
+This module holds what the two share, so neither imports the other: the classification (``is_transient``), the
+backoff, a retried call for small reads (``retrying``) and a per-read timeout for HTTP (``http_defaults``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from roboreel.formats.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_RETRIES = 5
+DEFAULT_BACKOFF_S = 0.2
+MAX_DELAY_S = 10.0  # one wait never exceeds this, however many attempts came before
+HTTP_CONNECT_TIMEOUT_S = 30.0
+HTTP_READ_TIMEOUT_S = 60.0
+TRANSIENT_ERRNOS = frozenset({errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT, errno.ECONNREFUSED,
+                              errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETRESET})
+
+
+class Truncated(OSError):
+    """The stream ended before the bytes asked for: treated like a reset."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a read error is worth retrying: timeouts, resets, server errors (5xx, 429, 408), short bodies."""
+    if isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError):
+        return False
+    if isinstance(exc, Truncated | TimeoutError | asyncio.TimeoutError | ConnectionError):
+        return True
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - aiohttp is a dependency
+        aiohttp = None
+    if aiohttp is not None:
+        if isinstance(exc, aiohttp.ClientResponseError):
+            return exc.status >= 500 or exc.status in (408, 429)
+        if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientConnectionError):
+            return True
+    if isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS:
+        return True
+    cause = exc.__cause__ or exc.__context__
+    return cause is not None and cause is not exc and is_transient(cause)
+
+
+def describe(exc: BaseException) -> str:
+    """A short description of a read error (aiohttp's reprs run to several lines of headers)."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return f"HTTP {status} {getattr(exc, 'message', '')}".strip()
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def backoff_delay(backoff_s: float, failures: int) -> float:
+    """Seconds to wait after the ``failures``-th consecutive failure: ``backoff_s`` doubled each time, capped."""
+    return min(backoff_s * 2 ** (failures - 1), MAX_DELAY_S)
+
+
+def http_defaults(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """Storage options with a read timeout for http(s) URLs unless the caller set one.
+
+    aiohttp's default is a 5-minute total timeout per request, far too long to notice a stalled stream, and a
+    total timeout would cut a healthy long download; a per-read timeout catches stalls only, which then surface
+    as a TimeoutError that is retried.
+    """
+    opts = dict(storage_options or {})
+    if url.split("://", 1)[0] in ("http", "https"):
+        import aiohttp
+
+        client = dict(opts.get("client_kwargs") or {})
+        client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=HTTP_CONNECT_TIMEOUT_S,
+                                                           sock_read=HTTP_READ_TIMEOUT_S))
+        opts["client_kwargs"] = client
+    return opts
+
+
+def retrying(fn: Callable[[], T], *, name: str, retries: int, backoff_s: float, error: type[DataError],
+             episode: int | None = None) -> T:
+    """``fn()``, called again after a backoff while it fails with a transient fault, at most ``retries`` more
+    times; then ``error`` naming ``name`` (and ``episode``). For small whole reads (a manifest, a file's size);
+    a permanent fault is raised as it is, at once."""
+    for attempt in range(retries + 1):
+        try:
+            return fn()
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            if attempt == retries:
+                raise error(f"kept failing ({attempt + 1} attempts): {describe(e)}", file=name, episode=episode) from e
+            delay = backoff_delay(backoff_s, attempt + 1)
+            logger.info("retrying %s in %.2fs after %s", name, delay, describe(e))
+            time.sleep(delay)
+    raise AssertionError("unreachable")
