@@ -38,21 +38,35 @@ class Truncated(OSError):
     """The stream ended before the bytes asked for: treated like a reset."""
 
 
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status an error carries: aiohttp's ``status``, or ``response.status_code`` (requests, httpx and
+    huggingface_hub's errors, which hf:// raises)."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return status
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) else None
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether a read error is worth retrying: timeouts, resets, server errors (5xx, 429, 408), short bodies."""
+    if isinstance(exc, FileNotFoundError) and exc.__cause__ is not None:
+        # fsspec's HTTP info() (behind size() and open() without a size) answers a failed HEAD and GET with a
+        # FileNotFoundError raised from the GET's error: a 503 there is a busy server, not a missing file.
+        return exc.__cause__ is not exc and is_transient(exc.__cause__)
     if isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError):
         return False
     if isinstance(exc, Truncated | TimeoutError | asyncio.TimeoutError | ConnectionError):
         return True
+    status = _http_status(exc)
+    if status is not None:
+        return status >= 500 or status in (408, 429)
     try:
         import aiohttp
     except ImportError:  # pragma: no cover - aiohttp is a dependency
         aiohttp = None
-    if aiohttp is not None:
-        if isinstance(exc, aiohttp.ClientResponseError):
-            return exc.status >= 500 or exc.status in (408, 429)
-        if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientConnectionError):
-            return True
+    if aiohttp is not None and isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientConnectionError):
+        return True
     if isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS:
         return True
     cause = exc.__cause__ or exc.__context__
