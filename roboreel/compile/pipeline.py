@@ -10,7 +10,8 @@ Order of events, each step crash-safe:
 
 A data fault (SourceError) stops the run. When this run created OUT and compiles the whole dataset, OUT is
 removed again; otherwise finished shards and clips stay (they are complete and valid) and temp files are
-removed.
+removed. Transient faults of remote source reads (timeouts, resets, 5xx, 429, short bodies) are retried
+(``retries``, ``backoff_s``; formats/transient.py), then raise SourceReadError naming the file.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from roboreel.compile.shardjob import ShardJob, forget_sources, shard_done, swee
 from roboreel.compile.sourcefiles import episode_files, source_files
 from roboreel.formats.errors import RoboreelError
 from roboreel.formats.lerobot_v3 import LeRobotSource
+from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, http_defaults
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,8 @@ def compile_dataset(
     progress: bool = False,
     storage_options: dict | None = None,
     overwrite: bool = False,
+    retries: int = DEFAULT_RETRIES,
+    backoff_s: float = DEFAULT_BACKOFF_S,
 ) -> CompileReport:
     """Compile the LeRobot v3 dataset at ``src`` (path or fsspec URL) into ``out`` (a local directory).
 
@@ -124,6 +128,8 @@ def compile_dataset(
     whichever run finds every shard complete (or by ``finalize(out)``). ``finalize=False`` never writes it.
     Rerunning into the same OUT resumes: complete shards are kept, finished clips of the others reused (unless
     their source file changed), the rest compiled. ``workers``: parallel (episode, camera) encodes.
+    ``retries``: transient faults of each remote source read retried after a backoff doubling from ``backoff_s``
+    seconds; then SourceReadError naming the file (and episode).
     """
     from tqdm import tqdm
 
@@ -133,9 +139,14 @@ def compile_dataset(
         check_part(part)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be a non-negative integer, got {retries!r}")
+    if not backoff_s >= 0:
+        raise ValueError(f"backoff_s must be >= 0, got {backoff_s!r}")
     out = _local_out(out)
     forget_sources()  # inline jobs must read this source as it is now, not as an earlier compile saw it
-    source = LeRobotSource(str(src), storage_options=storage_options)
+    storage_options = http_defaults(str(src), storage_options)  # a per-read timeout: a stall becomes a retry
+    source = LeRobotSource(str(src), storage_options=storage_options, retries=retries, backoff_s=backoff_s)
     episodes = check_source(source)
     check_encodable(source, settings)
     est = estimate_episode_bytes(source, episodes, settings)
@@ -165,7 +176,8 @@ def compile_dataset(
         jobs = [
             ShardJob(src=source.url, storage_options=storage_options, out=out, shard=i, episodes=tuple(plan[i]),
                      settings=settings, chunks_size=chunks_size, decode_threads=DECODE_THREADS,
-                     files={rel: files[rel] for rel in sorted(episode_files(source, plan[i])) if rel in files})
+                     files={rel: files[rel] for rel in sorted(episode_files(source, plan[i])) if rel in files},
+                     retries=retries, backoff_s=backoff_s)
             for i in todo
         ]
         clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in source.camera_keys]
