@@ -13,12 +13,14 @@ import time
 
 import pytest
 from reliability import damage as D
-from reliability.trees import assert_same_tree
+from reliability.trees import assert_same_tree, temp_files, trusted_files_are_whole
 from support.httpserver import Faults, FaultyServer
 
+from roboreel.cli import main
 from roboreel.compile import CompileSettings, compile_dataset
 from roboreel.formats.errors import SourceError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
+from roboreel.formats.manifest import MANIFEST_NAME
 
 TEST = CompileSettings.for_tests()  # 2 episodes per shard: small_source gives shards [0,1] [2,3] [4,5] [6,7]
 
@@ -46,6 +48,36 @@ def test_faults_on_every_remote_file_are_retried_and_change_nothing(small_source
     files = {f"/{e.data_path}" for e in src.episodes} | {f"/{v.path}" for e in src.episodes for v in e.videos.values()}
     assert files <= faulted  # every data parquet and every mp4
     assert set(kinds) == {"unavailable", "reset", "truncate"}
+
+
+def test_a_file_failing_beyond_the_budget_stops_naming_it_and_a_rerun_resumes(small_source, small_compiled,
+                                                                             tmp_path, capsys):
+    src = LeRobotSource(str(small_source))
+    last = src.episodes[-1]
+    video = last.videos[src.camera_keys[-1]].path  # read after the first camera's clip of its first episode
+    out = tmp_path / "out"
+    args = ["compile", "", str(out), "--preset", "ultrafast", "--episodes-per-shard", "2", "--workers", "1",
+            "--no-progress", "--retries", "2", "--backoff-s", "0.01"]
+    with FaultyServer(small_source, faults=Faults(unavailable=1.0, path_prefix=f"/{video}")) as server:
+        args[1] = server.url
+        assert main(args) == 2
+        gets = [r for r in server.log if r.method == "GET" and r.path == f"/{video}"]
+    err = capsys.readouterr().err
+    assert "kept failing (3 attempts): HTTP 503" in err and f"(file {video}, episode " in err
+    assert f"finished shards and clips stay in {out}: rerun the same command to resume" in err
+    assert len(gets) == 3  # the first attempt and two retries
+    # a first compile, yet what it finished stays: whole shards and clips, nothing half-written, no manifest
+    assert not (out / MANIFEST_NAME).exists() and temp_files(out) == [] and trusted_files_are_whole(out) == []
+    shards_done = len(list((out / ".roboreel-parts").glob("shard-*.json")))
+    clips_done = len(list((out / ".roboreel-parts" / "clips").rglob("*.json")))
+    assert shards_done >= 1 and clips_done >= 1
+    with FaultyServer(small_source) as server:  # the network is back (another port: same source, so it resumes)
+        args[1] = server.url
+        assert main(args) == 0
+    summary = capsys.readouterr().out
+    assert f"({4 - shards_done} compiled, {shards_done} already done)" in summary
+    assert f"({clips_done} kept from an interrupted run)" in summary and "manifest written" in summary
+    assert_same_tree(out, small_compiled, ignore_source=True)
 
 
 @pytest.mark.parametrize("kind", ["data", "video"])

@@ -11,7 +11,8 @@ Order of events, each step crash-safe:
 A data fault (SourceError) stops the run. When this run created OUT and compiles the whole dataset, OUT is
 removed again; otherwise finished shards and clips stay (they are complete and valid) and temp files are
 removed. Transient faults of remote source reads (timeouts, resets, 5xx, 429, short bodies) are retried
-(``retries``, ``backoff_s``; formats/transient.py), then raise SourceReadError naming the file.
+(``retries``, ``backoff_s``; formats/transient.py); a read that keeps failing (SourceReadError) says nothing
+against the source, so finished shards and clips stay even in a new OUT, and the same command resumes.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from roboreel.compile.schedule import run_inline, run_pool
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import ShardJob, forget_sources, shard_done, sweep_temps
 from roboreel.compile.sourcefiles import episode_files, source_files
-from roboreel.formats.errors import RoboreelError
+from roboreel.formats.errors import RoboreelError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, http_defaults
 
@@ -129,7 +130,7 @@ def compile_dataset(
     Rerunning into the same OUT resumes: complete shards are kept, finished clips of the others reused (unless
     their source file changed), the rest compiled. ``workers``: parallel (episode, camera) encodes.
     ``retries``: transient faults of each remote source read retried after a backoff doubling from ``backoff_s``
-    seconds; then SourceReadError naming the file (and episode).
+    seconds; then SourceReadError naming the file (and episode), with finished work kept for a rerun.
     """
     from tqdm import tqdm
 
@@ -199,6 +200,8 @@ def compile_dataset(
             finally:
                 forget_sources()  # close the decoders this process opened
     except Exception as e:  # an interrupt (KeyboardInterrupt) leaves OUT as it is: a rerun resumes
+        if isinstance(e, SourceReadError):  # the network, not the source: keep what is finished, for the rerun
+            raise _resumable(e, out) from e
         cleaned = fresh and part is None
         if cleaned:
             _empty(out, remove_dir=not existed)  # nothing of a failed first compile stays in OUT
@@ -219,6 +222,13 @@ def compile_dataset(
     report.clips_reused = reused
     log.info("%s", report.summary())
     return report
+
+
+def _resumable(e: SourceReadError, out: str) -> SourceReadError:
+    """``e``, telling the user that OUT keeps the finished shards and clips and that rerunning resumes."""
+    err = SourceReadError(f"{e}; finished shards and clips stay in {out}: rerun the same command to resume")
+    err.file, err.episode = e.file, e.episode
+    return err
 
 
 def _empty(out: str, *, remove_dir: bool) -> None:
