@@ -18,6 +18,7 @@ from support.httpserver import Faults, FaultyServer
 
 from roboreel.cli import main
 from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.compile.decode import SourceVideo
 from roboreel.formats.errors import SourceError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import MANIFEST_NAME
@@ -78,6 +79,28 @@ def test_a_file_failing_beyond_the_budget_stops_naming_it_and_a_rerun_resumes(sm
     assert f"({4 - shards_done} compiled, {shards_done} already done)" in summary
     assert f"({clips_done} kept from an interrupted run)" in summary and "manifest written" in summary
     assert_same_tree(out, small_compiled, ignore_source=True)
+
+
+def test_a_video_failing_mid_file_is_reported_as_a_read_error_not_as_bad_data(source_factory):
+    """The network goes away after the first episode of a shared mp4 was decoded: FFmpeg sees its reads fail
+    (and may report a short or corrupt stream); what is raised is the read error, naming file and episode."""
+    cam = "observation.images.top"
+    root = source_factory("one_file", episodes=3, min_length=30, max_length=30, height=128, width=128,
+                          cameras=(cam,), video_files_size_in_mb=10)  # one mp4 of ~64 KB: FFmpeg reads 32 KB at a time
+    with FaultyServer(root) as server:
+        # fsspec reads 4 KiB per GET (its default, 5 MB, would fetch the whole file at once)
+        src = LeRobotSource(server.url, storage_options={"block_size": 4096}, retries=1, backoff_s=0.001)
+        spans = [(e.index, e.videos[cam]) for e in src.episodes]
+        rel = spans[0][1].path
+        assert {s.path for _, s in spans} == {rel} and (root / rel).stat().st_size > 48 << 10
+        video = SourceVideo(src, rel, fps=src.fps, episode=0)
+        assert len(list(video.frames(spans[0][1].from_timestamp, 30, episode=0))) == 30
+        server.set_faults(Faults(unavailable=1.0, path_prefix=f"/{rel}"))
+        with pytest.raises(SourceReadError, match=r"kept failing \(2 attempts\): HTTP 503") as err:
+            for ep, span in spans[1:]:
+                list(video.frames(span.from_timestamp, 30, episode=ep))
+        video.close()
+    assert err.value.file == rel and err.value.episode in (1, 2)
 
 
 @pytest.mark.parametrize("kind", ["data", "video"])

@@ -192,6 +192,11 @@ class FaultyServer:
                 out[r.fault] = out.get(r.fault, 0) + 1
         return out
 
+    def set_faults(self, faults: Faults) -> None:
+        """Inject ``faults`` from the next request on (e.g. the network failing in the middle of a transfer)."""
+        with self.state.lock:
+            self.state.faults = faults
+
     def start(self) -> FaultyServer:
         self._thread.start()
         self._timer.start()

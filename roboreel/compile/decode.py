@@ -19,7 +19,7 @@ import logging
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import av
 
@@ -73,7 +73,7 @@ class SourceVideo:
             read_error = self._read_error(episode)
             self.close()
             if read_error is not None:
-                raise read_error from e
+                raise read_error from (read_error.__cause__ or e)
             raise SourceError(f"cannot open video (corrupt or truncated mp4?): {e}", file=rel, episode=episode) from e
         self.stream = self.container.streams.video[0]
         self.ctx = self.stream.codec_context
@@ -92,7 +92,17 @@ class SourceVideo:
         failed = getattr(self._file, "failed", None)
         if failed is None or isinstance(failed, SourceError):
             return failed
-        return SourceError(f"cannot read the video: {describe(failed)}", file=self.rel, episode=episode)
+        error = SourceError(f"cannot read the video: {describe(failed)}", file=self.rel, episode=episode)
+        error.__cause__ = failed
+        return error
+
+    def _blame(self, e: Exception, message: str, episode: int) -> NoReturn:
+        """Raise the remote file's read error if its reads failed (FFmpeg may have reported that as ``e``), else
+        SourceError(``message``) from ``e``."""
+        read_error = self._read_error(episode)
+        if read_error is not None:
+            raise read_error from (read_error.__cause__ or e)
+        raise SourceError(message, file=self.rel, episode=episode) from e
 
     def close(self) -> None:
         if self.container is not None:
@@ -109,8 +119,7 @@ class SourceVideo:
             self.container.seek(int(target / self.time_base), stream=self.stream, backward=True, any_frame=False)
             self.ctx.flush_buffers()
         except av.error.FFmpegError as e:
-            raise self._read_error(episode) or SourceError(f"cannot seek to {start_s:.6f}s: {e}", file=self.rel,
-                                                           episode=episode) from e
+            self._blame(e, f"cannot seek to {start_s:.6f}s: {e}", episode)
         self._demux = self.container.demux(self.stream)
         self._pending.clear()
         self._buf.clear()
@@ -131,8 +140,7 @@ class SourceVideo:
                     self._pos += 1
                     frames = self.ctx.decode(packet)
             except av.error.FFmpegError as e:
-                raise self._read_error(episode) or SourceError(f"cannot decode video (corrupt mp4?): {e}",
-                                                               file=self.rel, episode=episode) from e
+                self._blame(e, f"cannot decode video (corrupt mp4?): {e}", episode)
             self._pending.extend(frames)
         return self._pending.popleft()
 
