@@ -225,6 +225,8 @@ class RetryingFile(io.RawIOBase):
 
     def _read_once(self, n: int) -> bytes:
         """Up to ``n`` bytes at ``pos`` from one underlying read, retried; b"" only at the end of the file."""
+        if self.closed:
+            raise ValueError(f"read of {self.rel} after close")
         if self.size is not None:
             n = min(n, self.size - self.pos)
         if n <= 0:
