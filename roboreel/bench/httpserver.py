@@ -3,7 +3,7 @@
 It also adds a fixed latency to every request when asked (``Faults(latency_s=0.02)``), which is how the benchmark
 imitates an object store or the Hub. For tests of remote reading (fsspec http://) without the network: connection resets mid-body, 503s, slow
 responses and truncated bodies, at configurable rates from a seeded RNG, optionally only on paths matching a
-prefix and up to a total budget. Every request is logged, so tests can count requests per file and faults per
+prefix and up to a total budget (or a budget per path: the first N requests of every file fail). Every request is logged, so tests can count requests per file and faults per
 kind. The server stops itself after ``lifetime_s`` even if a test forgets to.
 
     with FaultyServer(root, faults=Faults(reset=0.2, unavailable=0.2, seed=1)) as server:
@@ -38,6 +38,7 @@ class Faults:
     seed: int = 0
     path_prefix: str = ""  # only requests whose path starts with this get faults ("" = all)
     max_faults: int | None = None  # stop injecting after this many faults (None = no limit)
+    max_faults_per_path: int | None = None  # at most this many faults on each path (None = no limit)
     latency_s: float = 0.0  # added to every request before it is answered (object-store round trip)
 
 
@@ -60,17 +61,21 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
     log: list[Request] = field(default_factory=list)
     injected: int = 0
+    per_path: dict[str, int] = field(default_factory=dict)
 
     def draw(self, path: str) -> str | None:
         f = self.faults
         with self.lock:
             if not path.startswith(f.path_prefix) or (f.max_faults is not None and self.injected >= f.max_faults):
                 return None
+            if f.max_faults_per_path is not None and self.per_path.get(path, 0) >= f.max_faults_per_path:
+                return None
             u = self.rng.random()
             for kind, p in (("unavailable", f.unavailable), ("reset", f.reset), ("truncate", f.truncate),
                             ("slow", f.slow)):
                 if u < p:
                     self.injected += 1
+                    self.per_path[path] = self.per_path.get(path, 0) + 1
                     return kind
                 u -= p
             return None
@@ -186,6 +191,11 @@ class FaultyServer:
             if r.fault:
                 out[r.fault] = out.get(r.fault, 0) + 1
         return out
+
+    def set_faults(self, faults: Faults) -> None:
+        """Inject ``faults`` from the next request on (e.g. the network failing in the middle of a transfer)."""
+        with self.state.lock:
+            self.state.faults = faults
 
     def start(self) -> FaultyServer:
         self._thread.start()

@@ -21,6 +21,7 @@ def _size(text: str) -> tuple[int, int]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from roboreel.compile.settings import X265_PRESETS, CompileSettings
+    from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES
 
     d = CompileSettings()
     p = sub.add_parser("compile", help="compile a LeRobot v3 dataset into HEVC episode tar shards",
@@ -49,6 +50,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep HEVC's in-loop filters (deblocking, SAO): ~+0.6 dB PSNR, ~25%% more CPU decode per "
                         "frame (default off: docs/format.md, Encoding)")
     p.add_argument("--psnr-frames", type=int, default=d.psnr_frames, help="frames per clip sampled for PSNR")
+    p.add_argument("--retries", type=int, default=DEFAULT_RETRIES,
+                   help="retries of a remote source read after a transient fault (timeout, connection reset, HTTP "
+                        "5xx/429/408, truncated body); then the compile stops naming the file, keeps what it "
+                        f"finished, and rerunning resumes (default {DEFAULT_RETRIES})")
+    p.add_argument("--backoff-s", type=float, default=DEFAULT_BACKOFF_S,
+                   help="wait before the first retry, doubled for each further one, at most 10 s "
+                        f"(default {DEFAULT_BACKOFF_S})")
     p.add_argument("--overwrite", action="store_true", help="replace an existing compile in OUT")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -76,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     report = compile_dataset(
         src, out, settings=settings, workers=args.workers,
         part=parse_part(args.part) if args.part else None, progress=not args.no_progress,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite, retries=args.retries, backoff_s=args.backoff_s,
     )
     print(report.summary())
     return 0

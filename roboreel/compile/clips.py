@@ -30,6 +30,7 @@ from roboreel.compile.transcode import REMUX_CODECS, transcode_span
 from roboreel.formats.atomic import TMP_SUFFIX
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.shard import sha256_hex
+from roboreel.formats.transient import DEFAULT_BACKOFF_S
 
 PARTS_DIR = ".roboreel-parts"  # sidecars, clips and the source meta snapshot, under OUT
 CLIPS_DIR = f"{PARTS_DIR}/clips"
@@ -59,6 +60,8 @@ class ClipJob:
     settings: CompileSettings
     source_file: dict[str, Any]  # the lock's {"size", "hash"} of the camera's source mp4
     decode_threads: int = 1
+    retries: int | None = None  # transient faults of remote source reads retried (LeRobotSource)
+    backoff_s: float = DEFAULT_BACKOFF_S
 
 
 # -- per-process caches ------------------------------------------------------------------------------------
@@ -66,11 +69,14 @@ _SOURCES: dict[str, LeRobotSource] = {}
 _VIDEOS: OrderedDict[tuple[str, str], SourceVideo] = OrderedDict()
 
 
-def worker_source(src: str, storage_options: dict[str, Any] | None) -> LeRobotSource:
-    """One LeRobotSource per process and URL (meta/ is read once, data files cached)."""
+def worker_source(src: str, storage_options: dict[str, Any] | None, *, retries: int | None = None,
+                  backoff_s: float = DEFAULT_BACKOFF_S) -> LeRobotSource:
+    """One LeRobotSource per process and URL (meta/ is read once, data files cached), retrying remote reads as
+    the job says."""
     s = _SOURCES.get(src)
     if s is None:
-        s = _SOURCES[src] = LeRobotSource(src, storage_options=storage_options)
+        s = _SOURCES[src] = LeRobotSource(src, storage_options=storage_options, retries=retries, backoff_s=backoff_s)
+    s.retries, s.backoff_s = retries, backoff_s
     return s
 
 
@@ -156,7 +162,7 @@ class _Ticker:
 def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> tuple[bytes, dict[str, Any]]:
     """Decode the episode's span of the camera's source mp4 and encode (or stream-copy) it; write the clip
     files; returns (clip bytes, its json). ``on_frames(n)``: progress, n more frames encoded."""
-    source = worker_source(job.src, job.storage_options)
+    source = worker_source(job.src, job.storage_options, retries=job.retries, backoff_s=job.backoff_s)
     ep = source.episode(job.episode)
     span = ep.videos[job.camera]
     video = _video(source, span.path, episode=ep.index, threads=job.decode_threads, settings=job.settings)

@@ -7,6 +7,10 @@ naming the file and episode: a clip never silently loses, repeats or shifts a fr
 
 Episodes of one mp4 are usually visited in file order, so a span that starts just after the last one read
 continues decoding without a seek; otherwise the reader seeks to the keyframe before the span.
+
+A remote mp4 is read through the source's file (a RetryingFile when the source retries: transient faults are
+retried below FFmpeg, which reads on at the same byte). When its reads fail for good, FFmpeg may report that as a
+corrupt or short video; the file's own error is raised instead, so a network fault is never blamed on the data.
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ import logging
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import av
 
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
+from roboreel.formats.transient import describe
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +62,7 @@ class SourceVideo:
                 if not source.fs.exists(target):
                     raise SourceError("missing video file", file=rel, episode=episode)
             else:
-                self._file = target = source.open(rel)
+                self._file = target = source.open(rel, episode=episode)
             self.container = av.open(target, "r")
             if not self.container.streams.video:
                 raise SourceError("mp4 has no video stream", file=rel, episode=episode)
@@ -65,7 +70,10 @@ class SourceVideo:
             self.close()
             raise
         except (av.error.FFmpegError, OSError) as e:
+            read_error = self._read_error(episode)
             self.close()
+            if read_error is not None:
+                raise read_error from (read_error.__cause__ or e)
             raise SourceError(f"cannot open video (corrupt or truncated mp4?): {e}", file=rel, episode=episode) from e
         self.stream = self.container.streams.video[0]
         self.ctx = self.stream.codec_context
@@ -78,6 +86,23 @@ class SourceVideo:
         self._last_s: float | None = None  # pts (s) of the last frame handed out
         self._pos = 0  # decode-order position of the next demuxed packet since the last seek
         self._buf: list[tuple[int, av.Packet]] = []
+
+    def _read_error(self, episode: int) -> SourceError | None:
+        """What ended the remote file's reads, if they failed (RetryingFile.failed) while FFmpeg read them."""
+        failed = getattr(self._file, "failed", None)
+        if failed is None or isinstance(failed, SourceError):
+            return failed
+        error = SourceError(f"cannot read the video: {describe(failed)}", file=self.rel, episode=episode)
+        error.__cause__ = failed
+        return error
+
+    def _blame(self, e: Exception, message: str, episode: int) -> NoReturn:
+        """Raise the remote file's read error if its reads failed (FFmpeg may have reported that as ``e``), else
+        SourceError(``message``) from ``e``."""
+        read_error = self._read_error(episode)
+        if read_error is not None:
+            raise read_error from (read_error.__cause__ or e)
+        raise SourceError(message, file=self.rel, episode=episode) from e
 
     def close(self) -> None:
         if self.container is not None:
@@ -94,7 +119,7 @@ class SourceVideo:
             self.container.seek(int(target / self.time_base), stream=self.stream, backward=True, any_frame=False)
             self.ctx.flush_buffers()
         except av.error.FFmpegError as e:
-            raise SourceError(f"cannot seek to {start_s:.6f}s: {e}", file=self.rel, episode=episode) from e
+            self._blame(e, f"cannot seek to {start_s:.6f}s: {e}", episode)
         self._demux = self.container.demux(self.stream)
         self._pending.clear()
         self._buf.clear()
@@ -115,7 +140,7 @@ class SourceVideo:
                     self._pos += 1
                     frames = self.ctx.decode(packet)
             except av.error.FFmpegError as e:
-                raise SourceError(f"cannot decode video (corrupt mp4?): {e}", file=self.rel, episode=episode) from e
+                self._blame(e, f"cannot decode video (corrupt mp4?): {e}", episode)
             self._pending.extend(frames)
         return self._pending.popleft()
 
@@ -130,12 +155,17 @@ class SourceVideo:
         """
         if packets is not None and not self.keep_packets:
             raise ValueError("packets=... needs SourceVideo(keep_packets=True)")
+        if hasattr(self._file, "episode"):
+            self._file.episode = episode  # named if the remote file's reads fail for good
         if not (self._last_s is not None and 0 < from_s - self._last_s <= _CONTINUE_MAX_GAP_S):
             self._seek(from_s, episode)
         expected, retried = 0, False
         while expected < length:
             frame = self._next_frame(episode)
             if frame is None:
+                read_error = self._read_error(episode)
+                if read_error is not None:
+                    raise read_error
                 raise SourceError(
                     f"video ends after {expected} of the episode's {length} frames "
                     f"(span {from_s:.6f}s..{from_s + length / self.fps:.6f}s): the video is shorter than its span",

@@ -10,7 +10,9 @@ Order of events, each step crash-safe:
 
 A data fault (SourceError) stops the run. When this run created OUT and compiles the whole dataset, OUT is
 removed again; otherwise finished shards and clips stay (they are complete and valid) and temp files are
-removed.
+removed. Transient faults of remote source reads (timeouts, resets, 5xx, 429, short bodies) are retried
+(``retries``, ``backoff_s``; formats/transient.py); a read that keeps failing (SourceReadError) says nothing
+against the source, so finished shards and clips stay even in a new OUT, and the same command resumes.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from roboreel.compile.schedule import run_inline, run_pool
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import ShardJob, forget_sources, shard_done, sweep_temps
 from roboreel.compile.sourcefiles import episode_files, source_files
-from roboreel.formats.errors import RoboreelError
+from roboreel.formats.errors import RoboreelError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
+from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, http_defaults
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +120,8 @@ def compile_dataset(
     progress: bool = False,
     storage_options: dict | None = None,
     overwrite: bool = False,
+    retries: int = DEFAULT_RETRIES,
+    backoff_s: float = DEFAULT_BACKOFF_S,
 ) -> CompileReport:
     """Compile the LeRobot v3 dataset at ``src`` (path or fsspec URL) into ``out`` (a local directory).
 
@@ -124,6 +129,8 @@ def compile_dataset(
     whichever run finds every shard complete (or by ``finalize(out)``). ``finalize=False`` never writes it.
     Rerunning into the same OUT resumes: complete shards are kept, finished clips of the others reused (unless
     their source file changed), the rest compiled. ``workers``: parallel (episode, camera) encodes.
+    ``retries``: transient faults of each remote source read retried after a backoff doubling from ``backoff_s``
+    seconds; then SourceReadError naming the file (and episode), with finished work kept for a rerun.
     """
     from tqdm import tqdm
 
@@ -133,9 +140,14 @@ def compile_dataset(
         check_part(part)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be a non-negative integer, got {retries!r}")
+    if not backoff_s >= 0:
+        raise ValueError(f"backoff_s must be >= 0, got {backoff_s!r}")
     out = _local_out(out)
     forget_sources()  # inline jobs must read this source as it is now, not as an earlier compile saw it
-    source = LeRobotSource(str(src), storage_options=storage_options)
+    storage_options = http_defaults(str(src), storage_options)  # a per-read timeout: a stall becomes a retry
+    source = LeRobotSource(str(src), storage_options=storage_options, retries=retries, backoff_s=backoff_s)
     episodes = check_source(source)
     check_encodable(source, settings)
     est = estimate_episode_bytes(source, episodes, settings)
@@ -165,7 +177,8 @@ def compile_dataset(
         jobs = [
             ShardJob(src=source.url, storage_options=storage_options, out=out, shard=i, episodes=tuple(plan[i]),
                      settings=settings, chunks_size=chunks_size, decode_threads=DECODE_THREADS,
-                     files={rel: files[rel] for rel in sorted(episode_files(source, plan[i])) if rel in files})
+                     files={rel: files[rel] for rel in sorted(episode_files(source, plan[i])) if rel in files},
+                     retries=retries, backoff_s=backoff_s)
             for i in todo
         ]
         clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in source.camera_keys]
@@ -187,6 +200,8 @@ def compile_dataset(
             finally:
                 forget_sources()  # close the decoders this process opened
     except Exception as e:  # an interrupt (KeyboardInterrupt) leaves OUT as it is: a rerun resumes
+        if isinstance(e, SourceReadError):  # the network, not the source: keep what is finished, for the rerun
+            raise _resumable(e, out) from e
         cleaned = fresh and part is None
         if cleaned:
             _empty(out, remove_dir=not existed)  # nothing of a failed first compile stays in OUT
@@ -207,6 +222,13 @@ def compile_dataset(
     report.clips_reused = reused
     log.info("%s", report.summary())
     return report
+
+
+def _resumable(e: SourceReadError, out: str) -> SourceReadError:
+    """``e``, telling the user that OUT keeps the finished shards and clips and that rerunning resumes."""
+    err = SourceReadError(f"{e}; finished shards and clips stay in {out}: rerun the same command to resume")
+    err.file, err.episode = e.file, e.episode
+    return err
 
 
 def _empty(out: str, *, remove_dir: bool) -> None:

@@ -76,10 +76,8 @@ def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
         first_ep.setdefault(e.data_path, e.index)
     for rel, ep in first_ep.items():
         try:
-            with source.open(rel) as f:
+            with source.open(rel, episode=ep) as f:  # a missing file: SourceError naming it and the episode
                 names = pq.read_schema(f).names
-        except SourceError as err:  # source.open: the file does not exist
-            raise SourceError("missing file", file=rel, episode=ep) from err
         except (OSError, ValueError) as err:
             raise SourceError(f"unreadable parquet: {err}", file=rel, episode=ep) from err
         missing = [c for c in need if c not in names]
@@ -123,7 +121,7 @@ def estimate_episode_bytes(
     sizes = {}
     for rel in sorted(frames_in):
         try:
-            sizes[rel] = source.fs.size(source.path(rel))
+            sizes[rel] = source.size(rel)
         except FileNotFoundError as err:
             owner = next(e.index for e in episodes if rel == e.data_path or rel in
                          {s.path for s in e.videos.values()})

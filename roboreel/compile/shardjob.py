@@ -34,6 +34,7 @@ from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.manifest import EpisodeEntry, MemberInfo
 from roboreel.formats.shard import EpisodeRecord, file_sha256, rows_digest, shard_path
+from roboreel.formats.transient import DEFAULT_BACKOFF_S
 
 __all__ = ["PARTS_DIR", "ShardJob", "forget_sources", "run_shard", "shard_done", "sweep_temps"]
 
@@ -62,12 +63,14 @@ class ShardJob:
     chunks_size: int
     files: dict[str, dict[str, Any]]  # the lock's {"size", "hash"} of the shard's source video files
     decode_threads: int = 1
+    retries: int | None = None  # transient faults of remote source reads retried (LeRobotSource)
+    backoff_s: float = DEFAULT_BACKOFF_S
 
     def clip_job(self, source: LeRobotSource, episode: int, camera: str) -> ClipJob:
         rel = source.episode(episode).videos[camera].path
         return ClipJob(src=self.src, storage_options=self.storage_options, out=self.out, shard=self.shard,
                        episode=episode, camera=camera, settings=self.settings, source_file=self.files.get(rel, {}),
-                       decode_threads=self.decode_threads)
+                       decode_threads=self.decode_threads, retries=self.retries, backoff_s=self.backoff_s)
 
 
 def shard_files(shard: int, chunks_size: int) -> tuple[str, str, str]:
@@ -102,7 +105,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
     """Pack one shard (making any clip not made yet); returns its sidecar dict. ``on_frames(n)``: progress of
     the clips made here, n more camera frames."""
     t0 = time.perf_counter()
-    source = worker_source(job.src, job.storage_options)
+    source = worker_source(job.src, job.storage_options, retries=job.retries, backoff_s=job.backoff_s)
     tar_rel, data_rel, side_rel = shard_files(job.shard, job.chunks_size)
     sweep_temps(job.out, job.shard, job.chunks_size)
     entries, clips_info, tables = [], {}, []

@@ -34,7 +34,7 @@ def source_files(source: LeRobotSource, *, threads: int = 4) -> dict[str, dict[s
 
     def one(rel: str) -> tuple[str, dict[str, Any]]:
         try:
-            info = source.fs.info(source.path(rel))
+            info = source.file_info(rel)
             digest = "sha256:" + file_sha256(source.path(rel)) if local else _store_hash(info)
         except FileNotFoundError as e:
             raise SourceError("missing file", file=rel) from e

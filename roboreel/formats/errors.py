@@ -26,6 +26,12 @@ class SourceError(DataError):
     """A LeRobot source dataset is malformed, inconsistent, unsupported or unreadable."""
 
 
+class SourceReadError(SourceError):
+    """Reading a source file kept failing with transient faults (timeouts, resets, 5xx, 429, truncated
+    transfers) after the retry budget. The source is not known to be bad, so a compile keeps what it finished
+    and a rerun resumes; a subclass so that ``except SourceError`` still catches it."""
+
+
 class CompiledFormatError(DataError):
     """A compiled roboreel dataset (manifest or shard) is malformed, incomplete or fails its checksums, or a
     compile's self-check refused what it wrote. A sibling of SourceError, not a kind of it: ``except

@@ -2,6 +2,10 @@
 
 Only metadata and tables are read here; video bytes are opened as files for whoever decodes them. Layout and
 column names follow LeRobot's writer (see shared/SAMPLE_CONTRACT.md and docs/format.md).
+
+A source built with ``retries`` (the compiler's) retries transient faults of every remote read it makes (files,
+sizes, listings; formats/transient.py) and then raises SourceReadError naming the file; without, errors propagate
+as the filesystem raises them.
 """
 
 from __future__ import annotations
@@ -10,16 +14,20 @@ import hashlib
 import json
 import os
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from roboreel.formats.errors import SourceError
+from roboreel.formats.errors import SourceError, SourceReadError
+from roboreel.formats.transient import DEFAULT_BACKOFF_S, RetryingFile, retrying
+
+T = TypeVar("T")
 
 CODEBASE_VERSION = "v3.0"
 INFO_PATH = "meta/info.json"
@@ -109,11 +117,28 @@ class SourceInfo:
         return [k for k, f in self.features.items() if f.get("dtype") != "video"]
 
 
-def _read_json(fs: fsspec.AbstractFileSystem, path: str, rel: str, *, wrap_missing: bool = True) -> Any:
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocol = fs.protocol
+    return bool({"file", "local"} & set((protocol,) if isinstance(protocol, str) else protocol))
+
+
+def open_file(fs: fsspec.AbstractFileSystem, path: str, rel: str, mode: str = "rb", *, retries: int | None = None,
+              backoff_s: float = DEFAULT_BACKOFF_S, episode: int | None = None, **kwargs: Any) -> IO[bytes]:
+    """Open ``path`` (``rel`` in the dataset) for reading. With ``retries``, a remote file comes as a RetryingFile:
+    transient faults are retried, reading on at the byte reached, then raise SourceReadError naming ``rel`` and
+    ``episode``. A missing file raises FileNotFoundError either way."""
+    if retries is None or is_local(fs):
+        return fs.open(path, mode, **kwargs)
+    return RetryingFile(lambda: fs.open(path, mode, **kwargs), rel=rel, retries=retries, backoff_s=backoff_s,
+                        error=SourceReadError, episode=episode)
+
+
+def _read_json(fs: fsspec.AbstractFileSystem, path: str, rel: str, *, wrap_missing: bool = True,
+               retries: int | None = None, backoff_s: float = DEFAULT_BACKOFF_S) -> Any:
     """A JSON file; a missing one raises SourceError naming it, or (``wrap_missing=False``) FileNotFoundError
     for the caller to decide."""
     try:
-        with fs.open(path, "rb") as f:
+        with open_file(fs, path, rel, retries=retries, backoff_s=backoff_s) as f:
             text = f.read()
     except FileNotFoundError as e:
         if not wrap_missing:
@@ -126,11 +151,12 @@ def _read_json(fs: fsspec.AbstractFileSystem, path: str, rel: str, *, wrap_missi
 
 
 def read_parquet(fs: fsspec.AbstractFileSystem, path: str, rel: str, columns: list[str] | None = None, *,
-                 episode: int | None = None) -> pa.Table:
+                 episode: int | None = None, retries: int | None = None,
+                 backoff_s: float = DEFAULT_BACKOFF_S) -> pa.Table:
     """Read a parquet file through fsspec, turning I/O and format faults into SourceError naming the file (and
-    ``episode``, the one the caller was reading it for)."""
+    ``episode``, the one the caller was reading it for); ``retries``: see ``open_file``."""
     try:
-        with fs.open(path, "rb") as f:
+        with open_file(fs, path, rel, retries=retries, backoff_s=backoff_s, episode=episode) as f:
             return pq.read_table(f, columns=columns)
     except FileNotFoundError as e:
         raise SourceError("missing file", file=rel, episode=episode) from e
@@ -143,11 +169,17 @@ class LeRobotSource:
 
     Reads are lazy and cached: ``info``, ``episodes`` and ``tasks`` touch only meta/; ``episode_rows`` reads one
     data file (the last one is kept, since episodes are usually visited in file order).
+
+    ``retries``: transient faults of remote reads (formats/transient.py) are retried that many times after an
+    exponential backoff from ``backoff_s``, then raise SourceReadError naming the file; None (the default): not
+    retried, raised as the filesystem raises them.
     """
 
-    def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None, retries: int | None = None,
+                 backoff_s: float = DEFAULT_BACKOFF_S) -> None:
         self.url = str(url)
         self.storage_options = dict(storage_options or {})
+        self.retries, self.backoff_s = retries, backoff_s
         self._fs_pid = -1
         self._fs: fsspec.AbstractFileSystem | None = None
         self.root = fsspec.core.url_to_fs(self.url, **self.storage_options)[1].rstrip("/")
@@ -171,15 +203,48 @@ class LeRobotSource:
         """Absolute filesystem path (for self.fs) of a dataset-relative path."""
         return posixpath.join(self.root, rel) if self.root else rel
 
-    def open(self, rel: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
-        """Open a dataset-relative file (missing files raise SourceError naming it)."""
+    def open(self, rel: str, mode: str = "rb", *, episode: int | None = None, **kwargs: Any) -> IO[bytes]:
+        """Open a dataset-relative file (missing files raise SourceError naming it, and ``episode``, the one it is
+        read for; with ``retries``, a remote file is a RetryingFile: see ``open_file``)."""
         try:
-            return self.fs.open(self.path(rel), mode, **kwargs)
+            return open_file(self.fs, self.path(rel), rel, mode, retries=self.retries, backoff_s=self.backoff_s,
+                             episode=episode, **kwargs)
         except FileNotFoundError as e:
-            raise SourceError("missing file", file=rel) from e
+            raise SourceError("missing file", file=rel, episode=episode) from e
 
     def exists(self, rel: str) -> bool:
         return self.fs.exists(self.path(rel))
+
+    def _call(self, fn: Callable[[], T], rel: str, *, episode: int | None = None) -> T:
+        """``fn()``, a filesystem call about ``rel`` (its size, a listing), with this source's retries."""
+        if self.retries is None:
+            return fn()
+        return retrying(fn, name=rel, retries=self.retries, backoff_s=self.backoff_s, error=SourceReadError,
+                        episode=episode)
+
+    def size(self, rel: str) -> int:
+        """A file's size in bytes (FileNotFoundError when it is missing)."""
+        return self._call(lambda: self.fs.size(self.path(rel)), rel)
+
+    def file_info(self, rel: str) -> dict[str, Any]:
+        """fsspec's ``info`` of a file: size and whatever content hash the store keeps (FileNotFoundError when it
+        is missing)."""
+        return self._call(lambda: self.fs.info(self.path(rel)), rel)
+
+    def _present(self, rel: str) -> bool:
+        """Whether a file exists. With retries, asked with ``info``: over HTTP fsspec's ``exists`` is False for any
+        failed request, so a 503 would end a walk of the episode files early."""
+        if self.retries is None:
+            return self.exists(rel)
+        try:
+            self.file_info(rel)
+        except FileNotFoundError:
+            return False
+        return True
+
+    @property
+    def _retry(self) -> dict[str, Any]:
+        return {"retries": self.retries, "backoff_s": self.backoff_s}
 
     # -- metadata ---------------------------------------------------------------------------------------
     # info and stats are opened directly, not after an ``exists`` check: over HTTP, fsspec's ``exists`` is False
@@ -188,7 +253,7 @@ class LeRobotSource:
     @cached_property
     def info(self) -> SourceInfo:
         try:
-            raw = _read_json(self.fs, self.path(INFO_PATH), INFO_PATH, wrap_missing=False)
+            raw = _read_json(self.fs, self.path(INFO_PATH), INFO_PATH, wrap_missing=False, **self._retry)
         except FileNotFoundError as e:
             raise SourceError(f"not a LeRobot v3 dataset: {self.url} has no {INFO_PATH}", file=INFO_PATH) from e
         return SourceInfo.from_dict(raw)
@@ -205,14 +270,14 @@ class LeRobotSource:
     def stats(self) -> dict[str, Any] | None:
         """meta/stats.json, or None when the dataset has none."""
         try:
-            return _read_json(self.fs, self.path(STATS_PATH), STATS_PATH, wrap_missing=False)
+            return _read_json(self.fs, self.path(STATS_PATH), STATS_PATH, wrap_missing=False, **self._retry)
         except FileNotFoundError:
             return None
 
     @cached_property
     def tasks(self) -> dict[int, str]:
         """task_index -> task string, from meta/tasks.parquet (pandas writes the task as the index)."""
-        table = read_parquet(self.fs, self.path(TASKS_PATH), TASKS_PATH)
+        table = read_parquet(self.fs, self.path(TASKS_PATH), TASKS_PATH, **self._retry)
         names = table.column_names
         text_col = "task" if "task" in names else "__index_level_0__" if "__index_level_0__" in names else None
         if text_col is None or "task_index" not in names:
@@ -222,7 +287,8 @@ class LeRobotSource:
     def episode_files(self) -> list[str]:
         """The meta/episodes parquet files, dataset-relative, sorted."""
         try:
-            found = self.fs.glob(self.path(EPISODES_DIR) + "/chunk-*/file-*.parquet")
+            pattern = self.path(EPISODES_DIR) + "/chunk-*/file-*.parquet"
+            found = self._call(lambda: self.fs.glob(pattern), EPISODES_DIR)
         except (OSError, NotImplementedError, ValueError):
             found = []  # e.g. a plain HTTP server without directory listings
         prefix = self.root + "/" if self.root else ""
@@ -240,7 +306,7 @@ class LeRobotSource:
         chunk = file = 0
         while True:
             rel = EPISODES_PATH.format(chunk_index=chunk, file_index=file)
-            if not self.exists(rel):
+            if not self._present(rel):
                 return out
             out.append(rel)
             file += 1
@@ -254,7 +320,7 @@ class LeRobotSource:
         cams = info.camera_keys
         out: list[EpisodeMeta] = []
         for rel in self.episode_files():
-            table = read_parquet(self.fs, self.path(rel), rel)
+            table = read_parquet(self.fs, self.path(rel), rel, **self._retry)
             need = list(_EPISODE_COLUMNS) + ["data/chunk_index", "data/file_index"]
             for cam in cams:
                 need += [f"videos/{cam}/{c}" for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
@@ -318,7 +384,7 @@ class LeRobotSource:
         """A whole data parquet file (cached: the last file read); ``episode`` is named in errors."""
         if self._table_cache is not None and self._table_cache[0] == rel:
             return self._table_cache[1]
-        table = read_parquet(self.fs, self.path(rel), rel, episode=episode)
+        table = read_parquet(self.fs, self.path(rel), rel, episode=episode, **self._retry)
         self._table_cache = (rel, table)
         return table
 
@@ -374,7 +440,7 @@ class LeRobotSource:
             files.update(v.path for v in e.videos.values())
         for rel in sorted(files):
             try:
-                size = self.fs.size(self.path(rel))
+                size = self.size(rel)
             except FileNotFoundError as e:
                 raise SourceError("missing file", file=rel) from e
             h.update(f"{rel}\0{size}\n".encode())

@@ -13,7 +13,6 @@ read; if it does not match, the slice falls back to reading from the shard's sta
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import hashlib
@@ -32,6 +31,14 @@ import fsspec
 from roboreel.formats.errors import CompiledFormatError, ShardReadError
 from roboreel.formats.manifest import EpisodeEntry, Manifest, MemberInfo
 from roboreel.formats.shard import EpisodeRecord, split_member
+from roboreel.formats.transient import (
+    Truncated,
+    backoff_delay,
+    describe,
+    http_defaults,
+    is_transient,
+)
+from roboreel.formats.transient import retrying as _retrying
 from roboreel.reader.plan import Slice
 
 logger = logging.getLogger(__name__)
@@ -39,10 +46,6 @@ logger = logging.getLogger(__name__)
 BLOCK = 512
 _STREAM_BUFFER = 1 << 20
 _READAHEAD_BLOCK = 32 << 20
-HTTP_CONNECT_TIMEOUT_S = 30.0
-HTTP_READ_TIMEOUT_S = 60.0
-_TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT, errno.ECONNREFUSED,
-                     errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETRESET}
 
 
 @dataclass
@@ -54,57 +57,6 @@ class FetchStats:
     requests: int = 0
     retries: int = 0
     records: int = 0
-
-
-class _Truncated(OSError):
-    """The stream ended before the bytes asked for: treated like a reset."""
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether a read error is worth retrying: timeouts, resets, server errors (5xx, 429, 408), short bodies."""
-    if isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError):
-        return False
-    if isinstance(exc, _Truncated | TimeoutError | asyncio.TimeoutError | ConnectionError):
-        return True
-    try:
-        import aiohttp
-    except ImportError:  # pragma: no cover - aiohttp is a dependency
-        aiohttp = None
-    if aiohttp is not None:
-        if isinstance(exc, aiohttp.ClientResponseError):
-            return exc.status >= 500 or exc.status in (408, 429)
-        if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientConnectionError):
-            return True
-    if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
-        return True
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and cause is not exc and is_transient(cause)
-
-
-def http_defaults(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
-    """Storage options with a read timeout for http(s) URLs unless the caller set one.
-
-    aiohttp's default is a 5-minute total timeout per request, far too long to notice a stalled stream, and a
-    total timeout would cut a healthy long shard download; a per-read timeout catches stalls only.
-    """
-    opts = dict(storage_options or {})
-    if url.split("://", 1)[0] in ("http", "https"):
-        import aiohttp
-
-        client = dict(opts.get("client_kwargs") or {})
-        client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=HTTP_CONNECT_TIMEOUT_S,
-                                                           sock_read=HTTP_READ_TIMEOUT_S))
-        opts["client_kwargs"] = client
-    return opts
-
-
-def describe(exc: BaseException) -> str:
-    """A short description of a read error (aiohttp's reprs run to several lines of headers)."""
-    status = getattr(exc, "status", None)
-    if isinstance(status, int):
-        return f"HTTP {status} {getattr(exc, 'message', '')}".strip()
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
 
 
 class Store:
@@ -172,7 +124,7 @@ def _discard(f: IO[bytes], n: int) -> None:
     while n > 0:
         chunk = f.read(min(n, _STREAM_BUFFER))
         if not chunk:
-            raise _Truncated(errno.EIO, "stream ended while skipping to the requested offset")
+            raise Truncated(errno.EIO, "stream ended while skipping to the requested offset")
         n -= len(chunk)
 
 
@@ -215,7 +167,7 @@ class RetryingReader(io.RawIOBase):
                     self._f = self.store.open_at(self.rel, self.pos, self.end, self.size)
                 data = self._f.read(min(len(view), self.end - self.pos))
                 if not data:
-                    raise _Truncated(errno.EIO, f"stream ended at byte {self.pos}, before byte {self.end}")
+                    raise Truncated(errno.EIO, f"stream ended at byte {self.pos}, before byte {self.end}")
             except Exception as e:
                 self.stats.fetch_seconds += time.perf_counter() - t0
                 self._drop()
@@ -225,7 +177,7 @@ class RetryingReader(io.RawIOBase):
                     raise ShardReadError(f"reading at byte {self.pos} {what}: {describe(e)}", file=self.rel,
                                          episode=self.episode() if self.episode is not None else None) from e
                 self.stats.retries += 1
-                delay = min(self.backoff_s * 2 ** (failures - 1), 10.0)
+                delay = backoff_delay(self.backoff_s, failures)
                 logger.info("retrying %s at byte %d in %.2fs after %s", self.rel, self.pos, delay, describe(e))
                 time.sleep(delay)
                 continue
@@ -361,17 +313,9 @@ class SliceReader:
 
 
 def retrying(fn: Callable[[], Any], *, name: str, retries: int, backoff_s: float) -> Any:
-    """Call ``fn`` (a small whole-file read such as the manifest), retrying transient faults like shard reads."""
-    for attempt in range(retries + 1):
-        try:
-            return fn()
-        except Exception as e:
-            if not is_transient(e):
-                raise
-            if attempt == retries:
-                raise ShardReadError(f"kept failing ({attempt + 1} attempts): {describe(e)}", file=name) from e
-            time.sleep(min(backoff_s * 2**attempt, 10.0))
-    raise AssertionError("unreachable")
+    """Call ``fn`` (a small whole-file read such as the manifest), retrying transient faults like shard reads;
+    when they keep failing, ShardReadError naming ``name``."""
+    return _retrying(fn, name=name, retries=retries, backoff_s=backoff_s, error=ShardReadError)
 
 
 class _MisplacedOffset(Exception):
