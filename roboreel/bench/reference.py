@@ -24,6 +24,7 @@ from torchcodec.decoders import VideoDecoder
 
 from roboreel.formats.errors import FrameTimestampError, SourceError
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
+from roboreel.formats.transient import is_local
 from roboreel.reader.forksafe import isolate_inherited_heap
 from roboreel.reader.rows import column_array
 from roboreel.reader.windows import delta_offsets, window
@@ -112,7 +113,7 @@ class ReferenceDataset(Dataset):
             self._decoders.move_to_end(rel)
             return dec
         src = self.source
-        target = src.path(rel) if src.fs.protocol in ("file", "local", ("file", "local")) else src.open(rel)
+        target = src.path(rel) if is_local(src.fs) else src.open(rel)
         dec = VideoDecoder(target, seek_mode="approximate")
         self._decoders[rel] = dec
         while len(self._decoders) > self.decoder_cache_size:

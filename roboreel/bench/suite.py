@@ -93,7 +93,7 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
         if not ok:
             echo(f"skipping reader 'lerobot': {why} (--lerobot-python runs it in LeRobot's own venv)")
             readers.remove("lerobot")
-    ceiling_fps = transport = None
+    transport = None
     ceilings: list[float] = []  # one per local round: the ceiling is alternated with the readers too
     clips = compiled_clips(compiled) if ceiling else []
 

@@ -15,6 +15,7 @@ from typing import Any
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.shard import file_sha256
+from roboreel.formats.transient import is_local
 
 
 def _store_hash(info: dict[str, Any]) -> str | None:
@@ -30,7 +31,7 @@ def _store_hash(info: dict[str, Any]) -> str | None:
 def source_files(source: LeRobotSource, *, threads: int = 4) -> dict[str, dict[str, Any]]:
     """``{rel: {"size": bytes, "hash": "sha256:..." | "etag:..." | None}}`` for every data and video file."""
     rels = sorted({p for e in source.episodes for p in (e.data_path, *(v.path for v in e.videos.values()))})
-    local = "file" in (source.fs.protocol if isinstance(source.fs.protocol, tuple) else (source.fs.protocol,))
+    local = is_local(source.fs)
 
     def one(rel: str) -> tuple[str, dict[str, Any]]:
         try:

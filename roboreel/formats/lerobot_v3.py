@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from roboreel.formats.errors import SourceError, SourceReadError
-from roboreel.formats.transient import DEFAULT_BACKOFF_S, RetryingFile, retrying
+from roboreel.formats.transient import DEFAULT_BACKOFF_S, open_file, retrying
 
 T = TypeVar("T")
 
@@ -115,22 +115,6 @@ class SourceInfo:
     def tabular_keys(self) -> list[str]:
         """Features stored in the data parquet."""
         return [k for k, f in self.features.items() if f.get("dtype") != "video"]
-
-
-def is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    protocol = fs.protocol
-    return bool({"file", "local"} & set((protocol,) if isinstance(protocol, str) else protocol))
-
-
-def open_file(fs: fsspec.AbstractFileSystem, path: str, rel: str, mode: str = "rb", *, retries: int | None = None,
-              backoff_s: float = DEFAULT_BACKOFF_S, episode: int | None = None, **kwargs: Any) -> IO[bytes]:
-    """Open ``path`` (``rel`` in the dataset) for reading. With ``retries``, a remote file comes as a RetryingFile:
-    transient faults are retried, reading on at the byte reached, then raise SourceReadError naming ``rel`` and
-    ``episode``. A missing file raises FileNotFoundError either way."""
-    if retries is None or is_local(fs):
-        return fs.open(path, mode, **kwargs)
-    return RetryingFile(lambda: fs.open(path, mode, **kwargs), rel=rel, retries=retries, backoff_s=backoff_s,
-                        error=SourceReadError, episode=episode)
 
 
 def _read_json(fs: fsspec.AbstractFileSystem, path: str, rel: str, *, wrap_missing: bool = True,

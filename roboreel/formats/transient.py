@@ -21,9 +21,12 @@ import io
 import logging
 import time
 from collections.abc import Callable
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
-from roboreel.formats.errors import DataError
+from roboreel.formats.errors import DataError, SourceReadError
+
+if TYPE_CHECKING:
+    import fsspec
 
 logger = logging.getLogger(__name__)
 
@@ -265,3 +268,20 @@ class RetryingFile(io.RawIOBase):
                 delay = backoff_delay(self.backoff_s, failures)
                 logger.info("retrying %s: %s in %.2fs after %s", self.rel, what, delay, describe(e))
                 time.sleep(delay)
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs`` is the local filesystem (its reads have no transient faults worth retrying)."""
+    protocol = fs.protocol
+    return bool({"file", "local"} & set((protocol,) if isinstance(protocol, str) else protocol))
+
+
+def open_file(fs: fsspec.AbstractFileSystem, path: str, rel: str, mode: str = "rb", *, retries: int | None = None,
+              backoff_s: float = DEFAULT_BACKOFF_S, episode: int | None = None, **kwargs: Any) -> IO[bytes]:
+    """Open ``path`` (``rel`` in the dataset) for reading. With ``retries``, a remote file comes as a RetryingFile:
+    transient faults are retried, reading on at the byte reached, then raise SourceReadError naming ``rel`` and
+    ``episode``. A missing file raises FileNotFoundError either way."""
+    if retries is None or is_local(fs):
+        return fs.open(path, mode, **kwargs)
+    return RetryingFile(lambda: fs.open(path, mode, **kwargs), rel=rel, retries=retries, backoff_s=backoff_s,
+                        error=SourceReadError, episode=episode)
