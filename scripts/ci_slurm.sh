@@ -74,13 +74,25 @@ chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge
 chmod 0700 /etc/munge
 chmod 0400 /etc/munge/munge.key
 chmod 0755 /run/munge
+# Daemons outlive this script: start them with no descriptor of the caller's open beyond /dev/null stdio (a
+# caller's `flock` lock file, a CI runner's output pipe), or they hold it until they die.
+detached() {
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      if [ "$fd" -gt 2 ] 2>/dev/null; then eval "exec ${fd}>&-"; fi
+    done
+    exec "$@" </dev/null >/dev/null 2>&1
+  )
+}
+
 if ! pgrep -x munged >/dev/null; then
-  runuser -u munge -- /usr/sbin/munged || die "munged did not start (see /var/log/munge/munged.log)"
+  detached runuser -u munge -- /usr/sbin/munged || die "munged did not start (see /var/log/munge/munged.log)"
 fi
 munge -n | unmunge >/dev/null 2>&1 || die "munge does not round-trip a credential"
 
-pgrep -x slurmctld >/dev/null || slurmctld || die "slurmctld did not start (see /var/log/slurm/slurmctld.log)"
-pgrep -x slurmd >/dev/null || slurmd || die "slurmd did not start (see /var/log/slurm/slurmd.log)"
+pgrep -x slurmctld >/dev/null || detached slurmctld || die "slurmctld did not start (see /var/log/slurm/slurmctld.log)"
+pgrep -x slurmd >/dev/null || detached slurmd || die "slurmd did not start (see /var/log/slurm/slurmd.log)"
 
 for _ in $(seq 60); do
   if node_ready; then
