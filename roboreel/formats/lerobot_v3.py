@@ -1,7 +1,9 @@
 """Read a LeRobot v3.0 source dataset, local or remote (any fsspec URL: file://, hf://, s3://, http(s)://).
 
-Only metadata and tables are read here; video bytes are opened as files for whoever decodes them. Layout and
-column names follow LeRobot's writer (see shared/SAMPLE_CONTRACT.md and docs/format.md).
+Only metadata and tables are read here; video bytes are opened as files for whoever decodes them. What the files
+are and what meta/ parses into (paths, columns, ``SourceInfo``, ``EpisodeMeta``, ``VideoSpan``) is pure and lives
+in lerobot_v3_layout.py; this module is the I/O: ``LeRobotSource`` and the parquet/JSON reads under it. The layout
+names are re-exported, so ``lerobot_v3.INFO_PATH`` and friends keep working.
 
 A source built with ``retries`` (the compiler's) retries transient faults of every remote read it makes (files,
 sizes, listings; formats/transient.py) and then raises SourceReadError naming the file; without, errors propagate
@@ -15,7 +17,6 @@ import json
 import os
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO, Any, TypeVar
 
@@ -25,96 +26,31 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from roboreel.formats.errors import SourceError, SourceReadError
+from roboreel.formats.lerobot_v3_layout import (
+    CODEBASE_VERSION,
+    DEFAULT_DATA_PATH,
+    DEFAULT_KEYS,
+    DEFAULT_VIDEO_PATH,
+    EPISODE_COLUMNS,
+    EPISODES_DIR,
+    EPISODES_PATH,
+    INFO_PATH,
+    STATS_PATH,
+    TASKS_PATH,
+    TIMESTAMP_TOLERANCE_S,
+    EpisodeMeta,
+    SourceInfo,
+    VideoSpan,
+)
 from roboreel.formats.transient import DEFAULT_BACKOFF_S, open_file, retrying
 
+__all__ = [  # the layout names are re-exported: callers use them as lerobot_v3.<name>
+    "CODEBASE_VERSION", "DEFAULT_DATA_PATH", "DEFAULT_KEYS", "DEFAULT_VIDEO_PATH", "EPISODES_DIR", "EPISODES_PATH",
+    "INFO_PATH", "STATS_PATH", "TASKS_PATH", "TIMESTAMP_TOLERANCE_S", "EpisodeMeta", "LeRobotSource",
+    "SourceError", "SourceInfo", "VideoSpan", "read_parquet",
+]
+
 T = TypeVar("T")
-
-CODEBASE_VERSION = "v3.0"
-INFO_PATH = "meta/info.json"
-STATS_PATH = "meta/stats.json"
-TASKS_PATH = "meta/tasks.parquet"
-EPISODES_DIR = "meta/episodes"
-DEFAULT_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-DEFAULT_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-EPISODES_PATH = EPISODES_DIR + "/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-DEFAULT_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-_EPISODE_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_index")
-TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's default tolerance between a row's timestamp and its frame's pts
-
-
-@dataclass(frozen=True)
-class VideoSpan:
-    """Where one camera's frames of one episode live: a (shared) mp4 and a [from, to) time span in it."""
-
-    key: str
-    path: str  # relative to the dataset root
-    from_timestamp: float
-    to_timestamp: float
-
-
-@dataclass(frozen=True)
-class EpisodeMeta:
-    """One row of meta/episodes: an episode's frames, its data file and its video spans."""
-
-    index: int
-    length: int
-    tasks: tuple[str, ...]
-    data_path: str  # relative to the dataset root
-    from_index: int  # global frame index of the first frame (dataset_from_index)
-    to_index: int  # one past the last (dataset_to_index)
-    videos: dict[str, VideoSpan] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SourceInfo:
-    """meta/info.json, checked: the parts roboreel relies on, plus the raw dict to carry through."""
-
-    raw: dict[str, Any]
-    fps: int
-    features: dict[str, dict[str, Any]]
-    data_path: str
-    video_path: str | None
-
-    @classmethod
-    def from_dict(cls, raw: Any, *, file: str = INFO_PATH) -> SourceInfo:
-        if not isinstance(raw, dict):
-            raise SourceError("info.json is not a JSON object", file=file)
-        version = raw.get("codebase_version")
-        if version != CODEBASE_VERSION:
-            raise SourceError(
-                f"unsupported codebase_version {version!r}; roboreel reads LeRobot {CODEBASE_VERSION} "
-                "(convert older datasets with LeRobot's convert_dataset_v21_to_v30 first)",
-                file=file,
-            )
-        for key in ("fps", "features"):
-            if key not in raw:
-                raise SourceError(f"info.json has no {key!r}", file=file)
-        fps = raw["fps"]
-        if not isinstance(fps, int | float) or fps <= 0 or int(fps) != fps:
-            raise SourceError(f"fps must be a positive integer, got {fps!r}", file=file)
-        features = raw["features"]
-        if not isinstance(features, dict):
-            raise SourceError("info.json 'features' is not an object", file=file)
-        for name, feat in features.items():
-            if feat.get("dtype") == "image":
-                raise SourceError(f"feature {name!r} has dtype 'image' (images in parquet): not supported yet", file=file)
-        return cls(
-            raw=raw,
-            fps=int(fps),
-            features=features,
-            data_path=raw.get("data_path") or DEFAULT_DATA_PATH,
-            video_path=raw.get("video_path"),
-        )
-
-    @property
-    def camera_keys(self) -> list[str]:
-        """Video features, in info.json order (LeRobot's order)."""
-        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
-
-    @property
-    def tabular_keys(self) -> list[str]:
-        """Features stored in the data parquet."""
-        return [k for k, f in self.features.items() if f.get("dtype") != "video"]
 
 
 def _read_json(fs: fsspec.AbstractFileSystem, path: str, rel: str, *, wrap_missing: bool = True,
@@ -305,7 +241,7 @@ class LeRobotSource:
         out: list[EpisodeMeta] = []
         for rel in self.episode_files():
             table = read_parquet(self.fs, self.path(rel), rel, **self._retry)
-            need = list(_EPISODE_COLUMNS) + ["data/chunk_index", "data/file_index"]
+            need = list(EPISODE_COLUMNS) + ["data/chunk_index", "data/file_index"]
             for cam in cams:
                 need += [f"videos/{cam}/{c}" for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
             missing = [c for c in need if c not in table.column_names]

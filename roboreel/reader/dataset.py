@@ -5,10 +5,13 @@ background thread (source.py) -> episode pool picks frames (pool.py) -> pending 
 batches (decode.py) -> LeRobot-shaped sample dicts. Every step is a pure function of (seed, epoch, rank, worker)
 and the manifest, so ``state_dict`` is a handful of scalars and resuming replays positions without decoding.
 
+This module holds what decides the stream: options and their checks, epochs and sizes, the consumer's plan and
+resume point, ``state_dict`` and stats. Running the planned stream (threads, decoders, counters, teardown) is
+consumer.py's, so the dataset's contract reads apart from the machinery that fulfils it.
+
 GPU decode (``decode_device="cuda"``) stops before the decode: ``iter_pending`` yields the compressed pending
 samples and ``roboreel.loader`` (loader.py) decodes whole batches on the GPU in the main process.
 """
-
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +19,6 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -25,10 +27,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from roboreel.formats.index import FileIndex
 from roboreel.formats.manifest import Manifest, load_manifest
-from roboreel.reader.decode import ClipDecoders, PendingSample, materialize
-from roboreel.reader.deferred import ship_once
+from roboreel.reader.consumer import Position, run_consumer
+from roboreel.reader.decode import PendingSample
 from roboreel.reader.forksafe import isolate_inherited_heap
-from roboreel.reader.heap import pin_mmap_threshold, release_free_memory
+from roboreel.reader.heap import pin_mmap_threshold
 from roboreel.reader.idle_policy import IdlePolicy, camera_lanes, idle_bytes_needed
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.options import DecodeOptions, StreamOptions, legacy_options
@@ -46,17 +48,11 @@ from roboreel.reader.plan import (
     uneven_split_message,
     worker_quotas,
 )
-from roboreel.reader.pool import (
-    LoadedEpisode,
-    PoolSchedule,
-    pending_samples,
-    still_needed,
-)
-from roboreel.reader.prefetch import Prefetcher
+from roboreel.reader.pool import PoolSchedule
 from roboreel.reader.routing import resolve_decode_device
-from roboreel.reader.source import SliceReader, Store, retrying
+from roboreel.reader.source import Store, retrying
 from roboreel.reader.state import STATE_FORMAT, STATE_VERSION, checked_state, loader_state, resume_point
-from roboreel.reader.stats import Flusher, SharedCounters
+from roboreel.reader.stats import SharedCounters
 from roboreel.reader.windows import delta_offsets
 
 logger = logging.getLogger(__name__)
@@ -64,13 +60,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_POOL_SIZE = 16
 _FLAG_UNEVEN = 0
 MAX_KEEP = 32
-
-
-class _Position:
-    """Where this process's live iterator is (for the in-process ``state_dict``)."""
-
-    def __init__(self, epoch: int, world: World, start: int) -> None:
-        self.epoch, self.world, self.yielded = epoch, world, start
 
 
 class CompiledDataset(IterableDataset):
@@ -181,7 +170,7 @@ class CompiledDataset(IterableDataset):
         self._epoch = 0
         self._iters = 0
         self._resume: dict[str, Any] | None = None
-        self._position: _Position | None = None
+        self._position: Position | None = None
 
     # -- epochs and sizes -------------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -293,62 +282,9 @@ class CompiledDataset(IterableDataset):
         if skip > schedule.total:
             raise ValueError(f"resume position {skip} is past this worker's {schedule.total} samples")
         schedule.skip(skip)
-        self._position = position = _Position(epoch, world, skip)
-        return self._run(schedule, slices, position, 1 + proc_worker if get_worker_info() is not None else 0,
-                         deferred=deferred)
-
-    def _run(self, schedule: PoolSchedule, slices: list[Slice], position: _Position, row: int, *,
-             deferred: bool = False) -> Iterator[Any]:
-        todo = still_needed(slices, schedule)
-        # (an episode cut between two consumers is read whole by both: windows need its neighbours)
-        reader = SliceReader(self.store, self.manifest, verify=self.verify_checksums, retries=self.retries,
-                             backoff_s=self.backoff_s)
-        shard_paths = self.manifest.index.shards["path"]
-
-        def loaded() -> Iterator[LoadedEpisode]:
-            for shard, rec in reader.records(todo):
-                yield LoadedEpisode(rec, shard=shard_paths[shard], tabular_keys=self.tabular_keys,
-                                    camera_keys=self.camera_keys, windows=self.windows, tasks=self.manifest.tasks,
-                                    stream=position.world.consumer)
-
-        prefetch = Prefetcher(loaded, self.readahead) if todo else iter(())
-        decoders = ClipDecoders(device=self.decode_device, keep=self.keep_frames,
-                                run_cache_bytes=self.decode_cache_bytes,
-                                idle=self.idle_policy.begin() if not deferred else None)
-        flusher = Flusher(self._counters, row)
-        yielded = 0
-
-        def snapshot() -> dict[str, float]:
-            d, f = decoders.stats, reader.stats
-            return {"samples": yielded, "decode_seconds": d.decode_seconds, "fetch_seconds": f.fetch_seconds,
-                    "fetch_wait_seconds": getattr(prefetch, "wait_seconds", 0.0), "bytes_read": f.bytes_read,
-                    "requests": f.requests, "retries": f.retries, "episodes_read": f.records,
-                    "decoder_opens": d.decoder_opens, "decoder_reuses": d.decoder_reuses,
-                    "decode_calls": d.decode_calls, "frames_decoded": d.frames_decoded}
-
-        pending = pending_samples(schedule, prefetch)
-        if deferred:
-            pending = ship_once(pending)
-        try:
-            while True:
-                chunk = list(islice(pending, self.decode_batch))
-                if not chunk:
-                    break
-                samples = chunk if deferred else materialize(
-                    chunk, decoders, tolerance_s=self.tolerance_s, return_uint8=self.return_uint8,
-                    image_transforms=self.image_transforms)
-                for sample in samples:
-                    position.yielded += 1
-                    yielded += 1
-                    yield sample
-                flusher.flush(snapshot())
-        finally:
-            pending.close()
-            if isinstance(prefetch, Prefetcher):
-                prefetch.close()
-            decoders.close()
-            flusher.flush(snapshot())
-            release_free_memory()  # epoch over: hand freed pages back (heap.py)
+        self._position = position = Position(epoch, world, skip)
+        row = 1 + proc_worker if get_worker_info() is not None else 0  # this process's row of the counters
+        return run_consumer(self, schedule, slices, position, row, self._counters, deferred=deferred)
 
     # -- resume -----------------------------------------------------------------------------------------
     def _stream_fingerprint(self) -> dict[str, Any]:

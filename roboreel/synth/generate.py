@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from roboreel.formats import lerobot_v3 as v3
+from roboreel.formats import lerobot_v3_layout as v3
 from roboreel.synth.content import action_row, render_frame, state_row
 from roboreel.synth.videofile import Roller, VideoFileWriter
 

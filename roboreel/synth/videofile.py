@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import av
 import numpy as np
 
-from roboreel.formats import lerobot_v3 as v3
+from roboreel.formats import lerobot_v3_layout as v3
 
 if TYPE_CHECKING:
     from roboreel.synth.generate import SynthConfig

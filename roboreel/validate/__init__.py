@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roboreel.formats.lerobot_v3 import INFO_PATH
+from roboreel.formats.lerobot_v3_layout import INFO_PATH
 from roboreel.formats.manifest import MANIFEST_NAME
 from roboreel.formats.shard import SHARD_DIR
 from roboreel.validate._io import Root

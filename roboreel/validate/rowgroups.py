@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from roboreel.formats import lerobot_v3 as v3
+from roboreel.formats import lerobot_v3_layout as v3
 from roboreel.validate._io import Root, progress_bar
 from roboreel.validate.report import Report
 

@@ -1,0 +1,102 @@
+"""LeRobot v3.0's layout and metadata records: where a dataset's files live, which columns meta/episodes
+carries, and what meta/ parses into (``SourceInfo`` from info.json, checked; ``EpisodeMeta`` and ``VideoSpan``
+per row of meta/episodes).
+
+Separate from lerobot_v3.py (``LeRobotSource``, which reads these through fsspec, with retries) because this part
+is pure, no filesystem and no I/O: the synthetic writer (synth/) and the checks (validate/) need the layout, not
+the reader. Layout and column names follow LeRobot's writer (see shared/SAMPLE_CONTRACT.md and docs/format.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from roboreel.formats.errors import SourceError
+
+CODEBASE_VERSION = "v3.0"
+INFO_PATH = "meta/info.json"
+STATS_PATH = "meta/stats.json"
+TASKS_PATH = "meta/tasks.parquet"
+EPISODES_DIR = "meta/episodes"
+DEFAULT_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+DEFAULT_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_PATH = EPISODES_DIR + "/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+DEFAULT_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+# Columns every meta/episodes file has (besides data/* and, per camera, videos/<key>/*)
+EPISODE_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_index")
+TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's default tolerance between a row's timestamp and its frame's pts
+
+
+@dataclass(frozen=True)
+class VideoSpan:
+    """Where one camera's frames of one episode live: a (shared) mp4 and a [from, to) time span in it."""
+
+    key: str
+    path: str  # relative to the dataset root
+    from_timestamp: float
+    to_timestamp: float
+
+
+@dataclass(frozen=True)
+class EpisodeMeta:
+    """One row of meta/episodes: an episode's frames, its data file and its video spans."""
+
+    index: int
+    length: int
+    tasks: tuple[str, ...]
+    data_path: str  # relative to the dataset root
+    from_index: int  # global frame index of the first frame (dataset_from_index)
+    to_index: int  # one past the last (dataset_to_index)
+    videos: dict[str, VideoSpan] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """meta/info.json, checked: the parts roboreel relies on, plus the raw dict to carry through."""
+
+    raw: dict[str, Any]
+    fps: int
+    features: dict[str, dict[str, Any]]
+    data_path: str
+    video_path: str | None
+
+    @classmethod
+    def from_dict(cls, raw: Any, *, file: str = INFO_PATH) -> SourceInfo:
+        if not isinstance(raw, dict):
+            raise SourceError("info.json is not a JSON object", file=file)
+        version = raw.get("codebase_version")
+        if version != CODEBASE_VERSION:
+            raise SourceError(
+                f"unsupported codebase_version {version!r}; roboreel reads LeRobot {CODEBASE_VERSION} "
+                "(convert older datasets with LeRobot's convert_dataset_v21_to_v30 first)",
+                file=file,
+            )
+        for key in ("fps", "features"):
+            if key not in raw:
+                raise SourceError(f"info.json has no {key!r}", file=file)
+        fps = raw["fps"]
+        if not isinstance(fps, int | float) or fps <= 0 or int(fps) != fps:
+            raise SourceError(f"fps must be a positive integer, got {fps!r}", file=file)
+        features = raw["features"]
+        if not isinstance(features, dict):
+            raise SourceError("info.json 'features' is not an object", file=file)
+        for name, feat in features.items():
+            if feat.get("dtype") == "image":
+                raise SourceError(f"feature {name!r} has dtype 'image' (images in parquet): not supported yet", file=file)
+        return cls(
+            raw=raw,
+            fps=int(fps),
+            features=features,
+            data_path=raw.get("data_path") or DEFAULT_DATA_PATH,
+            video_path=raw.get("video_path"),
+        )
+
+    @property
+    def camera_keys(self) -> list[str]:
+        """Video features, in info.json order (LeRobot's order)."""
+        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
+
+    @property
+    def tabular_keys(self) -> list[str]:
+        """Features stored in the data parquet."""
+        return [k for k, f in self.features.items() if f.get("dtype") != "video"]

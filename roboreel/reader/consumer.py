@@ -1,0 +1,92 @@
+"""One consumer's stream, run: what a rank's DataLoader worker (or the main process) executes for one epoch.
+
+``SliceReader`` on a prefetch thread (tar records -> ``LoadedEpisode``) -> ``PoolSchedule`` + ``pending_samples``
+-> ``materialize`` in groups of ``decode_batch`` (or, deferred, the compressed pending samples for
+``roboreel.loader``) -> samples, with the counters flushed as it goes and every thread, decoder and freed page
+handed back when the iterator ends or is closed.
+
+Separate from dataset.py because that module decides *what* a consumer reads (options, plan, resume position,
+state) and this one only runs it: a generator over a schedule the dataset built, reading the dataset's settings
+and never changing them, except for ``Position``, its live place for ``state_dict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from roboreel.reader.decode import ClipDecoders, materialize
+from roboreel.reader.deferred import ship_once
+from roboreel.reader.heap import release_free_memory
+from roboreel.reader.plan import Slice, World
+from roboreel.reader.pool import LoadedEpisode, PoolSchedule, pending_samples, still_needed
+from roboreel.reader.prefetch import Prefetcher
+from roboreel.reader.source import SliceReader
+from roboreel.reader.stats import Flusher, SharedCounters
+
+if TYPE_CHECKING:
+    from roboreel.reader.dataset import CompiledDataset
+
+
+class Position:
+    """Where this process's live iterator is (for the in-process ``state_dict``)."""
+
+    def __init__(self, epoch: int, world: World, start: int) -> None:
+        self.epoch, self.world, self.yielded = epoch, world, start
+
+
+def run_consumer(ds: CompiledDataset, schedule: PoolSchedule, slices: list[Slice], position: Position, row: int,
+                 counters: SharedCounters, *, deferred: bool = False) -> Iterator[Any]:
+    """Samples (or, ``deferred``, pending samples) of ``schedule``, read from ``slices`` of ``ds``; ``row`` is this
+    process's row of ``counters`` (stats.py). Lazy: nothing is opened before the first ``next()``."""
+    todo = still_needed(slices, schedule)
+    # (an episode cut between two consumers is read whole by both: windows need its neighbours)
+    reader = SliceReader(ds.store, ds.manifest, verify=ds.verify_checksums, retries=ds.retries,
+                         backoff_s=ds.backoff_s)
+    shard_paths = ds.manifest.index.shards["path"]
+
+    def loaded() -> Iterator[LoadedEpisode]:
+        for shard, rec in reader.records(todo):
+            yield LoadedEpisode(rec, shard=shard_paths[shard], tabular_keys=ds.tabular_keys,
+                                camera_keys=ds.camera_keys, windows=ds.windows, tasks=ds.manifest.tasks,
+                                stream=position.world.consumer)
+
+    prefetch = Prefetcher(loaded, ds.readahead) if todo else iter(())
+    decoders = ClipDecoders(device=ds.decode_device, keep=ds.keep_frames,
+                            run_cache_bytes=ds.decode_cache_bytes,
+                            idle=ds.idle_policy.begin() if not deferred else None)
+    flusher = Flusher(counters, row)
+    yielded = 0
+
+    def snapshot() -> dict[str, float]:
+        d, f = decoders.stats, reader.stats
+        return {"samples": yielded, "decode_seconds": d.decode_seconds, "fetch_seconds": f.fetch_seconds,
+                "fetch_wait_seconds": getattr(prefetch, "wait_seconds", 0.0), "bytes_read": f.bytes_read,
+                "requests": f.requests, "retries": f.retries, "episodes_read": f.records,
+                "decoder_opens": d.decoder_opens, "decoder_reuses": d.decoder_reuses,
+                "decode_calls": d.decode_calls, "frames_decoded": d.frames_decoded}
+
+    pending = pending_samples(schedule, prefetch)
+    if deferred:
+        pending = ship_once(pending)
+    try:
+        while True:
+            chunk = list(islice(pending, ds.decode_batch))
+            if not chunk:
+                break
+            samples = chunk if deferred else materialize(
+                chunk, decoders, tolerance_s=ds.tolerance_s, return_uint8=ds.return_uint8,
+                image_transforms=ds.image_transforms)
+            for sample in samples:
+                position.yielded += 1
+                yielded += 1
+                yield sample
+            flusher.flush(snapshot())
+    finally:
+        pending.close()
+        if isinstance(prefetch, Prefetcher):
+            prefetch.close()
+        decoders.close()
+        flusher.flush(snapshot())
+        release_free_memory()  # epoch over: hand freed pages back (heap.py)
