@@ -8,6 +8,9 @@ or corrupt file is a data fault, never retried.
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 import shutil
 import time
 
@@ -49,6 +52,25 @@ def test_faults_on_every_remote_file_are_retried_and_change_nothing(small_source
     files = {f"/{e.data_path}" for e in src.episodes} | {f"/{v.path}" for e in src.episodes for v in e.videos.values()}
     assert files <= faulted  # every data parquet and every mp4
     assert set(kinds) == {"unavailable", "reset", "truncate"}
+
+
+def test_retries_in_spawned_workers_are_logged_by_the_parent_like_its_own(small_source, small_compiled, tmp_path,
+                                                                         caplog):
+    """A worker process sends its log records to the parent (compile/worklog.py): a read retried in a spawned
+    worker is logged at INFO by formats.transient through the parent's handlers (here caplog), as one retried in
+    the parent is. 80% of requests fail (no backoff, a budget that cannot run out), so every process retries."""
+    caplog.set_level(logging.INFO, logger="roboreel.formats.transient")
+    out = tmp_path / "out"
+    with FaultyServer(small_source, faults=Faults(unavailable=0.8, seed=2)) as server:
+        report = compile_dataset(server.url, str(out), settings=TEST, workers=2, retries=100, backoff_s=0.0)
+    assert report.finalized
+    assert_same_tree(out, small_compiled, ignore_source=True)
+    retried = [r for r in caplog.records if r.name == "roboreel.formats.transient" and r.levelno == logging.INFO]
+    assert retried and all(re.match(r"retrying (meta|data|videos)/.* after HTTP 503", r.getMessage())
+                           for r in retried)
+    by_worker = [r for r in retried if r.process != os.getpid()]
+    assert any(r.process == os.getpid() for r in retried)  # the parent's own (meta/, sizes) and its thread's
+    assert by_worker and all(r.processName.startswith("SpawnProcess") for r in by_worker)
 
 
 def test_a_file_failing_beyond_the_budget_stops_naming_it_and_a_rerun_resumes(small_source, small_compiled,
