@@ -126,6 +126,20 @@ def test_a_video_failing_mid_file_is_reported_as_a_read_error_not_as_bad_data(so
     assert err.value.file == rel and err.value.episode in (1, 2)
 
 
+@pytest.mark.parametrize("prefix", ["meta/info.json", "meta/tasks.parquet", "meta/episodes/", "data/"])
+def test_a_source_check_failing_beyond_the_budget_says_nothing_was_written_and_to_rerun(small_source, tmp_path,
+                                                                                       capsys, prefix):
+    """Reads before OUT is touched (meta/, the data schemas) end with the same rerun hint as later ones."""
+    out = tmp_path / "out"
+    with FaultyServer(small_source, faults=Faults(unavailable=1.0, path_prefix=f"/{prefix}")) as server:
+        assert main(["compile", server.url, str(out), "--workers", "1", "--no-progress", "--retries", "1",
+                     "--backoff-s", "0.001"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(rf"kept failing \(2 attempts\): HTTP 503 .*\(file {re.escape(prefix)}[^)]*\); nothing was "
+                     rf"written to {re.escape(str(out))}: rerun the same command to try again$", err.strip()), err
+    assert not out.exists()
+
+
 class _SwallowingFile(RetryingFile):
     """A RetryingFile whose reader gets the end of the file where a read failed for good, as a demuxer that
     swallows a read error sees it: the error stays only in ``failed``. (PyAV 18 re-raises a read callback's
