@@ -8,6 +8,9 @@ or corrupt file is a data fault, never retried.
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 import shutil
 import time
 
@@ -22,6 +25,7 @@ from roboreel.compile.decode import SourceVideo
 from roboreel.formats.errors import SourceError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import MANIFEST_NAME
+from roboreel.formats.transient import RetryingFile
 
 TEST = CompileSettings.for_tests()  # 2 episodes per shard: small_source gives shards [0,1] [2,3] [4,5] [6,7]
 
@@ -49,6 +53,25 @@ def test_faults_on_every_remote_file_are_retried_and_change_nothing(small_source
     files = {f"/{e.data_path}" for e in src.episodes} | {f"/{v.path}" for e in src.episodes for v in e.videos.values()}
     assert files <= faulted  # every data parquet and every mp4
     assert set(kinds) == {"unavailable", "reset", "truncate"}
+
+
+def test_retries_in_spawned_workers_are_logged_by_the_parent_like_its_own(small_source, small_compiled, tmp_path,
+                                                                         caplog):
+    """A worker process sends its log records to the parent (compile/worklog.py): a read retried in a spawned
+    worker is logged at INFO by formats.transient through the parent's handlers (here caplog), as one retried in
+    the parent is. 80% of requests fail (no backoff, a budget that cannot run out), so every process retries."""
+    caplog.set_level(logging.INFO, logger="roboreel.formats.transient")
+    out = tmp_path / "out"
+    with FaultyServer(small_source, faults=Faults(unavailable=0.8, seed=2)) as server:
+        report = compile_dataset(server.url, str(out), settings=TEST, workers=2, retries=100, backoff_s=0.0)
+    assert report.finalized
+    assert_same_tree(out, small_compiled, ignore_source=True)
+    retried = [r for r in caplog.records if r.name == "roboreel.formats.transient" and r.levelno == logging.INFO]
+    assert retried and all(re.match(r"retrying (meta|data|videos)/.* after HTTP 503", r.getMessage())
+                           for r in retried)
+    by_worker = [r for r in retried if r.process != os.getpid()]
+    assert any(r.process == os.getpid() for r in retried)  # the parent's own (meta/, sizes) and its thread's
+    assert by_worker and all(r.processName.startswith("SpawnProcess") for r in by_worker)
 
 
 def test_a_file_failing_beyond_the_budget_stops_naming_it_and_a_rerun_resumes(small_source, small_compiled,
@@ -101,6 +124,78 @@ def test_a_video_failing_mid_file_is_reported_as_a_read_error_not_as_bad_data(so
                 list(video.frames(span.from_timestamp, 30, episode=ep))
         video.close()
     assert err.value.file == rel and err.value.episode in (1, 2)
+
+
+@pytest.mark.parametrize("prefix", ["meta/info.json", "meta/tasks.parquet", "meta/episodes/", "data/"])
+def test_a_source_check_failing_beyond_the_budget_says_nothing_was_written_and_to_rerun(small_source, tmp_path,
+                                                                                       capsys, prefix):
+    """Reads before OUT is touched (meta/, the data schemas) end with the same rerun hint as later ones."""
+    out = tmp_path / "out"
+    with FaultyServer(small_source, faults=Faults(unavailable=1.0, path_prefix=f"/{prefix}")) as server:
+        assert main(["compile", server.url, str(out), "--workers", "1", "--no-progress", "--retries", "1",
+                     "--backoff-s", "0.001"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(rf"kept failing \(2 attempts\): HTTP 503 .*\(file {re.escape(prefix)}[^)]*\); nothing was "
+                     rf"written to {re.escape(str(out))}: rerun the same command to try again$", err.strip()), err
+    assert not out.exists()
+
+
+class _SwallowingFile(RetryingFile):
+    """A RetryingFile whose reader gets the end of the file where a read failed for good, as a demuxer that
+    swallows a read error sees it: the error stays only in ``failed``. (PyAV 18 re-raises a read callback's
+    exception at its next call into FFmpeg, so there FFmpeg never swallows one; other versions and demuxers
+    may, which is what SourceVideo's fallback is for.)"""
+
+    def _read_once(self, n: int) -> bytes:
+        try:
+            return super()._read_once(n)
+        except SourceReadError:
+            return b""
+
+
+class _SwallowingSource(LeRobotSource):
+    def open(self, rel, mode="rb", *, episode=None, **kwargs):
+        fs, path = self.fs, self.path(rel)
+        return _SwallowingFile(lambda: fs.open(path, mode, **kwargs), rel=rel, retries=self.retries,
+                               backoff_s=self.backoff_s, error=SourceReadError, episode=episode)
+
+
+@pytest.mark.parametrize("when", ["opening", "mid-span", "after-seek"])
+def test_a_read_error_ffmpeg_swallows_is_reported_not_the_bad_video_it_leaves(source_factory, when):
+    """The transfer of a real mp4 is cut short on every request (the server promised the whole file) once the
+    network goes bad: before the file is opened, after episode 0 was decoded (episode 1 follows on), or after
+    episode 2 was (episode 0 needs a seek back). FFmpeg, seeing the file end, reports an unreadable mp4, a
+    broken packet after the frames it had read, or no frames at all; SourceVideo raises the read error instead
+    of blaming the data ("cannot open video", "cannot decode video", "video ends after 0 of the episode's 30
+    frames"), naming the file and the episode being read."""
+    cam = "observation.images.top"
+    root = source_factory("one_file", episodes=3, min_length=30, max_length=30, height=128, width=128,
+                          cameras=(cam,), video_files_size_in_mb=10)  # one mp4 of ~64 KB: FFmpeg reads 32 KB at a time
+    cut = Faults(truncate=1.0, path_prefix="/videos/")
+    first, then = {"opening": (None, 1), "mid-span": (0, 1), "after-seek": (2, 0)}[when]
+    decoded: list[int] = []
+    with FaultyServer(root) as server:
+        src = _SwallowingSource(server.url, storage_options={"block_size": 4096}, retries=1, backoff_s=0.001)
+        spans = {e.index: e.videos[cam] for e in src.episodes}
+        rel = spans[0].path
+        with pytest.raises(SourceReadError, match=r"kept failing \(2 attempts\)") as err:
+            if first is None:
+                server.set_faults(cut)
+            video = SourceVideo(src, rel, fps=src.fps, episode=then if first is None else first)
+            if first is not None:
+                assert len(list(video.frames(spans[first].from_timestamp, 30, episode=first))) == 30
+                server.set_faults(cut)
+                for frame in video.frames(spans[then].from_timestamp, 30, episode=then):
+                    decoded.append(frame.pts)
+        if first is not None:
+            video.close()
+        assert server.faults_injected() == {"truncate": 2}  # the first attempt and one retry, then swallowed
+    assert (err.value.file, err.value.episode) == (rel, then)
+    assert str(err.value).endswith(f"(file {rel}, episode {then})")
+    if when == "mid-span":
+        assert 0 < len(decoded) < 30  # FFmpeg decoded what it had read before it saw the file end
+    else:
+        assert decoded == []
 
 
 @pytest.mark.parametrize("kind", ["data", "video"])

@@ -12,7 +12,8 @@ A data fault (SourceError) stops the run. When this run created OUT and compiles
 removed again; otherwise finished shards and clips stay (they are complete and valid) and temp files are
 removed. Transient faults of remote source reads (timeouts, resets, 5xx, 429, short bodies) are retried
 (``retries``, ``backoff_s``; formats/transient.py); a read that keeps failing (SourceReadError) says nothing
-against the source, so finished shards and clips stay even in a new OUT, and the same command resumes.
+against the source, so finished shards and clips stay even in a new OUT, and its message ends with what became
+of OUT and "rerun the same command" (when step 1 fails that way, nothing was written yet).
 """
 
 from __future__ import annotations
@@ -148,15 +149,18 @@ def compile_dataset(
     forget_sources()  # inline jobs must read this source as it is now, not as an earlier compile saw it
     storage_options = http_defaults(str(src), storage_options)  # a per-read timeout: a stall becomes a retry
     source = LeRobotSource(str(src), storage_options=storage_options, retries=retries, backoff_s=backoff_s)
-    episodes = check_source(source)
-    check_encodable(source, settings)
-    est = estimate_episode_bytes(source, episodes, settings)
-    plan = plan_shards(episodes, est, settings)
-    in_bytes = est if settings.resize is None else estimate_episode_bytes(source, episodes,
-                                                                            settings.replace(resize=None))
-    chunks_size = int(source.info.raw.get("chunks_size") or 1000)
-    lock = make_lock(url=source.url, fingerprint=source.fingerprint(), settings=settings,
-                     chunks_size=chunks_size, shards=plan, files=source_files(source, threads=max(2, workers)))
+    try:  # reads meta/, the data schemas, file sizes and checksums; OUT is not touched yet
+        episodes = check_source(source)
+        check_encodable(source, settings)
+        est = estimate_episode_bytes(source, episodes, settings)
+        plan = plan_shards(episodes, est, settings)
+        in_bytes = est if settings.resize is None else estimate_episode_bytes(source, episodes,
+                                                                                settings.replace(resize=None))
+        chunks_size = int(source.info.raw.get("chunks_size") or 1000)
+        lock = make_lock(url=source.url, fingerprint=source.fingerprint(), settings=settings,
+                         chunks_size=chunks_size, shards=plan, files=source_files(source, threads=max(2, workers)))
+    except SourceReadError as e:  # the network, not the source: the same command is the fix, as below
+        raise _rerun_hint(e, f"nothing was written to {out}: rerun the same command to try again") from e
     mine = part_shards(len(plan), part)
     existed = os.path.isdir(out)
     fresh = prepare_out(out, lock, overwrite=overwrite)
@@ -201,7 +205,7 @@ def compile_dataset(
                 forget_sources()  # close the decoders this process opened
     except Exception as e:  # an interrupt (KeyboardInterrupt) leaves OUT as it is: a rerun resumes
         if isinstance(e, SourceReadError):  # the network, not the source: keep what is finished, for the rerun
-            raise _resumable(e, out) from e
+            raise _rerun_hint(e, f"finished shards and clips stay in {out}: rerun the same command to resume") from e
         cleaned = fresh and part is None
         if cleaned:
             _empty(out, remove_dir=not existed)  # nothing of a failed first compile stays in OUT
@@ -224,9 +228,10 @@ def compile_dataset(
     return report
 
 
-def _resumable(e: SourceReadError, out: str) -> SourceReadError:
-    """``e``, telling the user that OUT keeps the finished shards and clips and that rerunning resumes."""
-    err = SourceReadError(f"{e}; finished shards and clips stay in {out}: rerun the same command to resume")
+def _rerun_hint(e: SourceReadError, hint: str) -> SourceReadError:
+    """``e`` (its file and episode too), telling the user what became of OUT and that rerunning is the fix: a
+    read that kept failing says nothing against the source."""
+    err = SourceReadError(f"{e}; {hint}")
     err.file, err.episode = e.file, e.episode
     return err
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from roboreel.compile.clips import ClipJob, run_clip
 from roboreel.compile.shardjob import ShardJob, run_shard
+from roboreel.compile.worklog import Relay, parent_levels, send_to_parent
 
 _PACK = 1 << 30  # order key of a shard's pack job: after its clips
 
@@ -38,9 +39,10 @@ class _Cancelled(Exception):
 _PROGRESS: Any = None  # a SimpleQueue to the parent: frames encoded, in batches
 
 
-def _init_worker(progress: Any) -> None:
+def _init_worker(progress: Any, logs: Any, levels: dict[str, int]) -> None:
     global _PROGRESS
     _PROGRESS = progress
+    send_to_parent(logs, levels)  # e.g. a retried source read is logged as the parent's own (worklog.py)
     os.environ.setdefault("SVT_LOG", "1")
 
 
@@ -123,9 +125,9 @@ def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: i
             f = pool.submit(_local_clip, job, local_sink) if local else pool.submit(_clip_task, job)
         running[f] = (key, job, local)
 
-    with cf.ThreadPoolExecutor(1, thread_name_prefix="roboreel-clip") as thread, \
+    with Relay(ctx) as logs, cf.ThreadPoolExecutor(1, thread_name_prefix="roboreel-clip") as thread, \
             cf.ProcessPoolExecutor(max_workers=n_procs, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(progress,)) as procs:
+                                   initargs=(progress, logs.queue, parent_levels())) as procs:
         try:
             while True:
                 if errors:  # only what could fail earlier in plan order still runs (see module doc)

@@ -6,15 +6,14 @@ LeRobot source) and the reader (streaming shards) both retry those after an expo
 of attempts is spent, raise an error naming the file. Everything else (a 404, a permission error, a corrupt file, a
 bug) is raised at once: repeating it cannot help and would only delay the error.
 
-This module holds what the two share, so neither imports the other: the classification (``is_transient``), the
-backoff, a retried call for small reads (``retrying``), a per-read timeout for HTTP (``http_defaults``), and
-``RetryingFile``, a seekable file that reopens at the byte it had reached after a fault, so a decoder or a parquet
-reader pulling from it never sees the fault and never gets a byte twice.
+This module holds what the two share, so neither imports the other: the classification (``is_transient``, from
+transient_errors.py), the backoff, a retried call for small reads (``retrying``), a per-read timeout for HTTP
+(``http_defaults``), and ``RetryingFile``, a seekable file that reopens at the byte it had reached after a fault, so
+a decoder or a parquet reader pulling from it never sees the fault and never gets a byte twice.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import io
@@ -24,9 +23,13 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from roboreel.formats.errors import DataError, SourceReadError
+from roboreel.formats.transient_errors import Truncated, describe, is_transient
 
 if TYPE_CHECKING:
     import fsspec
+
+__all__ = ["DEFAULT_BACKOFF_S", "DEFAULT_RETRIES", "RetryingFile", "Truncated", "backoff_delay", "describe",
+           "http_defaults", "is_local", "is_transient", "open_file", "retrying"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,57 +40,7 @@ DEFAULT_BACKOFF_S = 0.2
 MAX_DELAY_S = 10.0  # one wait never exceeds this, however many attempts came before
 HTTP_CONNECT_TIMEOUT_S = 30.0
 HTTP_READ_TIMEOUT_S = 60.0
-TRANSIENT_ERRNOS = frozenset({errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT, errno.ECONNREFUSED,
-                              errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETRESET})
 _READ_ALL_CHUNK = 4 << 20
-
-
-class Truncated(OSError):
-    """The stream ended before the bytes asked for: treated like a reset."""
-
-
-def _http_status(exc: BaseException) -> int | None:
-    """The HTTP status an error carries: aiohttp's ``status``, or ``response.status_code`` (requests, httpx and
-    huggingface_hub's errors, which hf:// raises)."""
-    status = getattr(exc, "status", None)
-    if isinstance(status, int):
-        return status
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    return status if isinstance(status, int) else None
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether a read error is worth retrying: timeouts, resets, server errors (5xx, 429, 408), short bodies."""
-    if isinstance(exc, FileNotFoundError) and exc.__cause__ is not None:
-        # fsspec's HTTP info() (behind size() and open() without a size) answers a failed HEAD and GET with a
-        # FileNotFoundError raised from the GET's error: a 503 there is a busy server, not a missing file.
-        return exc.__cause__ is not exc and is_transient(exc.__cause__)
-    if isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError):
-        return False
-    if isinstance(exc, Truncated | TimeoutError | asyncio.TimeoutError | ConnectionError):
-        return True
-    status = _http_status(exc)
-    if status is not None:
-        return status >= 500 or status in (408, 429)
-    try:
-        import aiohttp
-    except ImportError:  # pragma: no cover - aiohttp is a dependency
-        aiohttp = None
-    if aiohttp is not None and isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientConnectionError):
-        return True
-    if isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS:
-        return True
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and cause is not exc and is_transient(cause)
-
-
-def describe(exc: BaseException) -> str:
-    """A short description of a read error (aiohttp's reprs run to several lines of headers)."""
-    status = getattr(exc, "status", None)
-    if isinstance(status, int):
-        return f"HTTP {status} {getattr(exc, 'message', '')}".strip()
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
 
 
 def backoff_delay(backoff_s: float, failures: int) -> float:
