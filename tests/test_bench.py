@@ -53,6 +53,21 @@ def test_bench_uint8_runs_every_reader_in_uint8(small_source, small_compiled, tm
         assert res["frame_dtype"] == "torch.uint8" and res["samples"] == 8
 
 
+def test_bench_warmup_epochs_measures_the_next_epoch(small_source, small_compiled):
+    # A whole epoch is read first, untimed; the window's counters are the measured epoch's alone.
+    cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=3, uint8=True, warmup_epochs=1)
+    from roboreel.reader import CompiledDataset
+
+    frames = len(CompiledDataset(str(small_compiled)))
+    for reader in ("compiled", "loader"):
+        res = run_one(reader, "single", compiled=str(small_compiled), source=str(small_source), cfg=cfg)
+        assert res["warmup_samples"] == frames and res["samples"] == 12 and res["first_batch_s"] > 0
+        assert res["reader_stats"]["samples"] < frames  # the warm-up epoch is not in the window's counters
+    cold = run_one("compiled", "single", compiled=str(small_compiled), source=str(small_source),
+                   cfg=RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=3, uint8=True))
+    assert cold["warmup_samples"] == 0
+
+
 def test_bench_fails_loudly_on_zero_samples(small_source, small_compiled):
     # 8 tiny episodes give a few hundred samples: 10,000 warm-up batches of 64 leave nothing to measure.
     cfg = RunConfig(batch_size=64, num_workers=0, warmup_batches=10_000, batches=5)

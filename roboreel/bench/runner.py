@@ -51,6 +51,7 @@ class RunConfig:
     device_loader: bool = False  # read the compiled reader through roboreel.loader even on the CPU
     uint8: bool = False  # camera frames as uint8 (normalise on the GPU): the transport costs 4x less
     warmup_batches: int = 3
+    warmup_epochs: int = 0  # whole epochs read (untimed) before the measured one: the steady state (see run_one)
     batches: int = 40
     seconds: float | None = None  # stop the steady window after this long instead of after ``batches``
     seed: int = 0
@@ -60,7 +61,13 @@ class RunConfig:
 def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfig, where: str = "local",
             repeat: int = 0, ceiling_frames_per_s: float | None = None,
             storage_options: dict | None = None) -> dict[str, Any]:
-    """Run ``reader`` in ``mode`` once and return its metrics (one JSON-able dict)."""
+    """Run ``reader`` in ``mode`` once and return its metrics (one JSON-able dict).
+
+    With ``cfg.warmup_epochs``, the reader first reads that many whole epochs, untimed, through the same loader
+    (first batch and peak RSS still count them), and the steady window is taken in the next epoch. A training run
+    spends nearly all its time past its first seconds, where every reader has its decoders opened, its heap
+    faulted in and its buffers allocated; a small benchmark dataset's first epoch is mostly those seconds. Every
+    reader gets the same treatment, LeRobotDataset included."""
     built = build(reader, mode, compiled=compiled, source=source, pool_size=cfg.pool_size, seed=cfg.seed + repeat,
                   decode_device=cfg.decode_device, storage_options=storage_options, uint8=cfg.uint8)
     loader_kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "num_workers": cfg.num_workers}
@@ -82,7 +89,6 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     if gpu:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-    stats_before = built.stats() if built.stats else None
 
     latencies: list[float] = []
     distinct: list[int] = []
@@ -92,8 +98,19 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     t_steady = t_end = None
     cpu_steady = cpu_end = None
     n_batches = 0
+    warmup_samples = 0  # read in the warm-up epochs
     with PeakRSS() as mem:
         t0 = time.perf_counter()
+        for epoch in range(cfg.warmup_epochs):
+            _set_epoch(loader, built.dataset, epoch)
+            for batch in loader:
+                batch.pop(LATENCY_KEY, None)
+                warmup_samples += to_device(batch, device)
+                if first_batch_s is None:
+                    first_batch_s = time.perf_counter() - t0
+                    frame_dtype = _frame_dtype(batch, built.camera_keys)
+        _set_epoch(loader, built.dataset, cfg.warmup_epochs)
+        stats_before = built.stats() if built.stats else None
         it = iter(loader)
         for batch in it:
             lat_s = loader.last_batch_seconds if staged else float(batch.pop(LATENCY_KEY).sum())
@@ -102,8 +119,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
             n_batches += 1
             if first_batch_s is None:
                 first_batch_s = now - t0
-                frame_dtype = next((str(v.dtype) for k, v in batch.items()
-                                    if k in built.camera_keys and isinstance(v, torch.Tensor)), None)
+                frame_dtype = _frame_dtype(batch, built.camera_keys)
             if n_batches == cfg.warmup_batches + 1 and t_steady is None:
                 t_steady = now  # the steady window starts when the first post-warm-up batch arrives
                 cpu_steady = tree_cpu_seconds()
@@ -143,7 +159,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     ceiling = ceiling_frames_per_s / built.cameras if ceiling_frames_per_s and built.cameras else None
     return {
         "reader": reader, "mode": mode, "where": where, "repeat": repeat, **asdict(cfg),
-        "samples": steady_samples, "steady_s": t_end - t_steady, "samples_per_s": sps,
+        "samples": steady_samples, "warmup_samples": warmup_samples, "steady_s": t_end - t_steady, "samples_per_s": sps,
         "ceiling_samples_per_s": ceiling, "ceiling_fraction": sps / ceiling if ceiling else None,
         "first_batch_s": first_batch_s,
         "latency_p50_ms": float(np.percentile(lat_ms, 50)), "latency_p95_ms": float(np.percentile(lat_ms, 95)),
@@ -164,3 +180,15 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
         "stage_wait_s": loader.stats()["wait_seconds"] if staged else None,
         **gpu_mem,
     }
+
+
+def _frame_dtype(batch: dict[str, Any], camera_keys: Any) -> str | None:
+    return next((str(v.dtype) for k, v in batch.items() if k in camera_keys and isinstance(v, torch.Tensor)), None)
+
+
+def _set_epoch(loader: Any, dataset: Any, epoch: int) -> None:
+    """Select ``epoch`` where the reader has epochs (roboreel's readers); a map-style dataset's RandomSampler
+    reshuffles on every pass by itself."""
+    target = loader if hasattr(loader, "set_epoch") else dataset
+    if hasattr(target, "set_epoch"):
+        target.set_epoch(epoch)

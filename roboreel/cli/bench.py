@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--decode-device", default="cpu")
     p.add_argument("--uint8", action="store_true", help="camera frames as uint8 for every reader (normalise on the GPU)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up batches excluded from the steady window")
+    p.add_argument("--warmup-epochs", type=int, default=0,
+                   help="whole epochs each run reads untimed first; the steady window is then in the next epoch "
+                        "(the steady state of a long training run; first batch and peak RSS still count them)")
     p.add_argument("--batches", type=int, default=40, help="batches in the steady window")
     p.add_argument("--seconds", type=float, default=None, help="steady window length instead of --batches")
     p.add_argument("--repeats", type=int, default=3, help="A B A B ... alternations per mode")
@@ -113,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_dataloading:
         cfg = RunConfig(batch_size=args.batch_size, num_workers=args.num_workers, prefetch=args.prefetch,
                         pool_size=args.pool_size, decode_device=args.decode_device, warmup_batches=args.warmup,
+                        warmup_epochs=args.warmup_epochs,
                         batches=args.batches, seconds=args.seconds, uint8=args.uint8,
                         decode_threads=args.decode_threads)
         run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
