@@ -63,6 +63,12 @@ def test_bench_warmup_epochs_measures_the_next_epoch(small_source, small_compile
         res = run_one(reader, "single", compiled=str(small_compiled), source=str(small_source), cfg=cfg)
         assert res["warmup_samples"] == frames and res["samples"] == 12 and res["first_batch_s"] > 0
         assert res["reader_stats"]["samples"] < frames  # the warm-up epoch is not in the window's counters
+    # Persistent DataLoader workers (the bench's default, as lerobot-train) carry the warm-up into the window.
+    for reader in ("compiled", "loader"):
+        res = run_one(reader, "single", compiled=str(small_compiled), source=str(small_source),
+                      cfg=RunConfig(batch_size=4, num_workers=1, warmup_batches=1, batches=3, uint8=True,
+                                    warmup_epochs=1))
+        assert res["warmup_samples"] == frames and res["samples"] == 12 and res["persistent_workers"]
     cold = run_one("compiled", "single", compiled=str(small_compiled), source=str(small_source),
                    cfg=RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=3, uint8=True))
     assert cold["warmup_samples"] == 0

@@ -46,6 +46,7 @@ class RunConfig:
     batch_size: int = 32
     num_workers: int = 2
     prefetch: int = 2
+    persistent_workers: bool = True  # as lerobot-train (its default): workers live across epochs
     pool_size: int | None = None
     decode_device: str = "cpu"
     device_loader: bool = False  # read the compiled reader through roboreel.loader even on the CPU
@@ -72,7 +73,9 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
                   decode_device=cfg.decode_device, storage_options=storage_options, uint8=cfg.uint8)
     loader_kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "num_workers": cfg.num_workers}
     if cfg.num_workers > 0:
-        loader_kwargs["prefetch_factor"] = cfg.prefetch
+        # Persistent, as lerobot-train runs them: with a warm-up epoch, workers forked again each epoch would
+        # inherit (and the tree's RSS count again) whatever the training process has grown since.
+        loader_kwargs.update(prefetch_factor=cfg.prefetch, persistent_workers=cfg.persistent_workers)
     if built.map_style:
         gen = torch.Generator().manual_seed(cfg.seed + repeat)
         loader_kwargs["sampler"] = RandomSampler(built.dataset, generator=gen)

@@ -38,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--decode-device", default="cpu")
     p.add_argument("--uint8", action="store_true", help="camera frames as uint8 for every reader (normalise on the GPU)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up batches excluded from the steady window")
+    p.add_argument("--no-persistent-workers", action="store_true",
+                   help="new DataLoader workers every epoch (default: persistent, as lerobot-train runs them)")
     p.add_argument("--warmup-epochs", type=int, default=0,
                    help="whole epochs each run reads untimed first; the steady window is then in the next epoch "
                         "(the steady state of a long training run; first batch and peak RSS still count them)")
@@ -116,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_dataloading:
         cfg = RunConfig(batch_size=args.batch_size, num_workers=args.num_workers, prefetch=args.prefetch,
                         pool_size=args.pool_size, decode_device=args.decode_device, warmup_batches=args.warmup,
-                        warmup_epochs=args.warmup_epochs,
+                        warmup_epochs=args.warmup_epochs, persistent_workers=not args.no_persistent_workers,
                         batches=args.batches, seconds=args.seconds, uint8=args.uint8,
                         decode_threads=args.decode_threads)
         run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
