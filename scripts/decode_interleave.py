@@ -54,7 +54,7 @@ def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: in
     import numpy as np
     from torchcodec.decoders import VideoDecoder
 
-    from roboreel.reader.stage import copy_frame
+    from roboreel.reader.decode.stage import copy_frame
 
     decoders = [VideoDecoder(c, seek_mode="approximate") for c in clips]
     layout = pattern.partition("+")[2]
@@ -116,7 +116,7 @@ def main() -> int:
 
     from roboreel.bench.ceiling import compiled_clips
     from roboreel.formats.manifest import load_manifest
-    from roboreel.reader.heap import (
+    from roboreel.reader.decode.heap import (
         DECODE_CALL_BYTES,
         DECODE_MMAP_THRESHOLD_BYTES,
         DECODE_TRIM_THRESHOLD_BYTES,

@@ -58,13 +58,13 @@ def source_factory(tmp_path):
 @pytest.fixture(autouse=True)
 def _collect_garbage_in_the_parent():
     """Finalise each test's garbage here, where it is safe: a forked DataLoader worker that finalises an
-    inherited PyAV/x265 encoder hangs forever (roboreel/reader/forksafe.py). First empty this process's idle
+    inherited PyAV/x265 encoder hangs forever (roboreel/reader/decode/forksafe.py). First empty this process's idle
     decoders: a test reading a dataset for several epochs parks them (the automatic default, idle_policy.py), and
     the next test's decoder counts must not depend on what ran before."""
     yield
     import gc
 
-    from roboreel.reader.decoder_cache import process_cache
+    from roboreel.reader.decode.decoder_cache import process_cache
 
     process_cache(1).resize(0)
     gc.collect()

@@ -8,7 +8,7 @@ import subprocess
 
 from roboreel.bench.soak import SoakConfig, growth_after_warmup, soak
 from roboreel.reader import CompiledDataset
-from roboreel.reader.decoder_cache import process_cache
+from roboreel.reader.decode.decoder_cache import process_cache
 
 
 def test_soak_records_every_epoch_and_writes_json_and_csv(small_compiled, tmp_path):

@@ -1,5 +1,5 @@
-"""Decoders kept open across epochs (reader/decoder_cache.py): the same frames as fresh ones, within the bound;
-when the automatic default keeps them (reader/idle_policy.py)."""
+"""Decoders kept open across epochs (reader/decode/decoder_cache.py): the same frames as fresh ones, within the bound;
+when the automatic default keeps them (reader/decode/idle_policy.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from support.resume import assert_same_batches
 from torchcodec.decoders import VideoDecoder
 
 from roboreel.reader import CompiledDataset, DecodeOptions
-from roboreel.reader.decode import Clip, ClipDecoders
-from roboreel.reader.decoder_cache import IdleDecoders, decoder_bytes, process_cache
-from roboreel.reader.idle_policy import AUTO_BUDGET_BYTES, IdlePolicy
-from roboreel.reader.plan import Slice
-from roboreel.reader.source import SliceReader, Store
+from roboreel.reader.decode.clips import ClipDecoders
+from roboreel.reader.decode.decoder_cache import IdleDecoders, decoder_bytes, process_cache
+from roboreel.reader.decode.idle_policy import AUTO_BUDGET_BYTES, IdlePolicy
+from roboreel.reader.decode.requests import Clip
+from roboreel.reader.fetch.source import SliceReader, Store
+from roboreel.reader.plan.epoch import Slice
 
 DECODER_64 = decoder_bytes(64, 64)  # the fixtures' clips are 64x64
 

@@ -11,7 +11,7 @@ import torch
 from support.datasets import batch_indices, compiled_pair
 
 from roboreel.reader import CompiledDataset
-from roboreel.reader.plan import World
+from roboreel.reader.plan.epoch import World
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 

@@ -22,12 +22,12 @@ from torch.utils.data import DataLoader
 
 import roboreel
 from roboreel.reader import CompiledDataset, DecodeOptions, DeviceLoader
-from roboreel.reader.decode import Clip
-from roboreel.reader.deferred import ClipStore, assemble, collate_pending
-from roboreel.reader.gpu import DeviceDecoders
+from roboreel.reader.decode.deferred import ClipStore, assemble, collate_pending
+from roboreel.reader.decode.gpu import DeviceDecoders
+from roboreel.reader.decode.requests import Clip
+from roboreel.reader.decode.routing import Router, choose_device, parse_decode_device, resolve_decode_device
 from roboreel.reader.loader import _PendingStream
-from roboreel.reader.plan import World
-from roboreel.reader.routing import Router, choose_device, parse_decode_device, resolve_decode_device
+from roboreel.reader.plan.epoch import World
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
 HAVE_CUDA = torch.cuda.is_available()
@@ -36,7 +36,7 @@ no_cuda = pytest.mark.skipif(HAVE_CUDA, reason="checks the no-CUDA behaviour")
 TORCHCODEC_CPU_BUILD = torchcodec.__version__.endswith("+cpu")
 CAMERAS = ["observation.images.top", "observation.images.wrist"]
 WINDOWS = {"action": [-0.1, 0.0, 0.2], "observation.images.top": [-0.05, 0.0, 0.1]}
-ROUTING_LOG = "roboreel.reader.routing"
+ROUTING_LOG = "roboreel.reader.decode.routing"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The reader pins glibc's mmap threshold in every process that reads or decodes (reader/heap.py)."""
+"""The reader pins glibc's mmap threshold in every process that reads or decodes (reader/decode/heap.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import sys
 import pytest
 import torch
 
-from roboreel.reader import CompiledDataset, heap
+from roboreel.reader import CompiledDataset
+from roboreel.reader.decode import heap
 
 PROBE = r"""
 import ctypes, sys
-from roboreel.reader.heap import pin_mmap_threshold  # light: ctypes only, nothing allocated in the heap yet
+from roboreel.reader.decode.heap import pin_mmap_threshold  # light: ctypes only, nothing allocated in the heap yet
 
 class MI(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
@@ -73,7 +74,7 @@ def test_the_decode_stage_sets_its_own_threshold(small_compiled):
 
 ARENA_PROBE = r"""
 import ctypes
-from roboreel.reader.heap import in_side_arena
+from roboreel.reader.decode.heap import in_side_arena
 
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]

@@ -1,4 +1,4 @@
-"""``roboreel.loader``'s decode pool (reader/stage.py): threads in the training process decode into preallocated
+"""``roboreel.loader``'s decode pool (reader/decode/stage.py): threads in the training process decode into preallocated
 batch tensors, and the batches equal ``DataLoader(CompiledDataset(...))``'s exactly: order, values (frames
 identified by pixel codes, every tensor compared bit for bit), uint8 and float32, single frames and camera
 windows, 0 and 2 workers, resume mid-epoch.
@@ -20,13 +20,13 @@ from torch.utils.data import DataLoader
 import roboreel
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader import CompiledDataset
-from roboreel.reader.deferred import collate_pending
-from roboreel.reader.gpu import DeviceDecoders
-from roboreel.reader.heap import DECODE_CALL_BYTES
+from roboreel.reader.decode.deferred import collate_pending
+from roboreel.reader.decode.gpu import DeviceDecoders
+from roboreel.reader.decode.heap import DECODE_CALL_BYTES
+from roboreel.reader.decode.routing import Router
+from roboreel.reader.decode.runs import RunBudget
+from roboreel.reader.decode.stage import DecodePool, default_decode_threads
 from roboreel.reader.loader import _PendingStream, finish_batch
-from roboreel.reader.routing import Router
-from roboreel.reader.runs import RunBudget
-from roboreel.reader.stage import DecodePool, default_decode_threads
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
 CAMERAS = ["observation.images.top", "observation.images.wrist"]
@@ -116,7 +116,7 @@ def test_pool_resume_mid_epoch_equals_an_uninterrupted_dataloader_run(compiled, 
 
 @pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])
 def test_batch_buffers_are_reused_only_once_the_loop_let_go(compiled, uint8):
-    """Batch arrays come back once no tensor refers to them (reader/buffers.py): a loop that drops each batch gets
+    """Batch arrays come back once no tensor refers to them (reader/decode/buffers.py): a loop that drops each batch gets
     reused arrays, and batches it keeps are never written again, across two epochs."""
     make = _make(compiled, return_uint8=uint8, delta_timestamps=WINDOWS)
     ds = make()
@@ -155,8 +155,8 @@ def test_worker_collate_equals_default_collate_of_the_samples_values(compiled, w
     values equal ``default_collate`` of the same samples' values as tensors; strings stay lists."""
     from torch.utils.data import default_collate
 
-    from roboreel.reader.decode import value_tensors
-    from roboreel.reader.deferred import collate_values
+    from roboreel.reader.decode.clips import value_tensors
+    from roboreel.reader.decode.deferred import collate_values
 
     ds = _make(compiled, delta_timestamps=windows)()
     pending = [p for p, _ in _PendingStream(ds)][:7]
@@ -324,7 +324,7 @@ def test_copy_frame_deinterleaves_exactly(compiled):
     exactly the decoded frame, for real decoded frames and for layouts it must leave to numpy."""
     import numpy as np
 
-    from roboreel.reader.stage import copy_frame
+    from roboreel.reader.decode.stage import copy_frame
 
     ds = _make(compiled)()
     clip = next(p for p in DataLoader(_PendingStream(ds), batch_size=4, collate_fn=collate_pending)).clips

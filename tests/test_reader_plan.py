@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roboreel.formats.manifest import EpisodeEntry, Manifest, ShardEntry
-from roboreel.reader.plan import (
+from roboreel.reader.plan.epoch import (
     SplitOptions,
     World,
     consumer_slices,

@@ -25,9 +25,9 @@ from torchcodec.decoders import VideoDecoder
 from roboreel.formats.errors import FrameTimestampError, SourceError
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.transient import is_local
-from roboreel.reader.forksafe import isolate_inherited_heap
-from roboreel.reader.rows import column_array
-from roboreel.reader.windows import delta_offsets, window
+from roboreel.reader.decode.forksafe import isolate_inherited_heap
+from roboreel.reader.plan.rows import column_array
+from roboreel.reader.plan.windows import delta_offsets, window
 
 
 class ReferenceDataset(Dataset):
@@ -148,7 +148,7 @@ class ReferenceDataset(Dataset):
     # -- samples ----------------------------------------------------------------------------------------
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Samples for a batch of indices; all frames needed from one mp4 are decoded in one call."""
-        isolate_inherited_heap()  # first thing in a forked DataLoader worker: see reader/forksafe.py
+        isolate_inherited_heap()  # first thing in a forked DataLoader worker: see reader/decode/forksafe.py
         plans = []
         wanted: dict[tuple[str, int], dict[float, None]] = {}
         for idx in indices:

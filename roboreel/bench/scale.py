@@ -135,8 +135,8 @@ def measure(root: str, batch_size: int, num_workers: int) -> dict[str, Any]:
     import torch
 
     from roboreel.reader import CompiledDataset
-    from roboreel.reader.plan import World, consumer_slices, stream_arrays
-    from roboreel.reader.pool import PoolSchedule
+    from roboreel.reader.plan.epoch import World, consumer_slices, stream_arrays
+    from roboreel.reader.plan.pool import PoolSchedule
 
     rss0 = _rss_mb()
     t0 = time.perf_counter()

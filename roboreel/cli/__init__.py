@@ -15,11 +15,30 @@ _VERBS = ("synth", "compile", "validate", "inspect", "bench", "doctor", "demo", 
 # (argparse would otherwise claim --help, -v, or refuse options it does not know) as ``args.passthrough``.
 _PASSTHROUGH = ("lerobot-train",)
 
+# What ``roboreel --help`` tells a user (the module docstring above is for developers).
+_DESCRIPTION = """\
+Compile a LeRobot v3 robot-learning dataset (local or hf://, s3://, http(s)://) once into stream-ready shards:
+one HEVC clip per episode and camera, parquet with one row group per episode, per-episode tar shards. Then train
+from them with exactly LeRobotDataset's samples, faster: roboreel.CompiledDataset / roboreel.loader in your own
+loop, or LeRobot's own trainer through `roboreel lerobot-train`."""
+
+_EPILOG = """\
+usual order:
+  roboreel compile SRC OUT              LeRobot v3 dataset -> compiled shards (resumable; --part K/N on SLURM)
+  roboreel validate OUT                 check it (exit 0 clean, 1 violations, 2 unreadable; works on SRC too)
+  roboreel lerobot-train --dataset.root=OUT ...    train with LeRobot's lerobot-train on the compiled shards
+                                        (or roboreel.loader(roboreel.CompiledDataset(OUT), ...) in your own loop)
+
+also: `roboreel inspect OUT` (what is in it), `roboreel doctor OUT` (can this machine decode it, on the GPU?),
+`roboreel bench` (samples/s against LeRobotDataset), `roboreel synth` / `roboreel demo` (try it on generated data).
+`roboreel VERB --help` for a verb's options; docs: README.md and docs/ in the repository."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     from roboreel._version import __version__
 
-    parser = argparse.ArgumentParser(prog="roboreel", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog="roboreel", description=_DESCRIPTION, epilog=_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"roboreel {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")

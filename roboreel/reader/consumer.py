@@ -7,26 +7,51 @@ handed back when the iterator ends or is closed.
 
 Separate from dataset.py because that module decides *what* a consumer reads (options, plan, resume position,
 state) and this one only runs it: a generator over a schedule the dataset built, reading the dataset's settings
-and never changing them, except for ``Position``, its live place for ``state_dict``.
+(``ConsumerSettings``, which ``CompiledDataset`` satisfies) and never changing them, except for ``Position``, its
+live place for ``state_dict``. The settings are a Protocol so this module never imports dataset.py, which imports
+it: the import graph of reader/ has no cycle, not even a type-only one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from roboreel.reader.decode import ClipDecoders, materialize
-from roboreel.reader.deferred import ship_once
-from roboreel.reader.heap import release_free_memory
-from roboreel.reader.plan import Slice, World
-from roboreel.reader.pool import LoadedEpisode, PoolSchedule, pending_samples, still_needed
-from roboreel.reader.prefetch import Prefetcher
-from roboreel.reader.source import SliceReader
+import numpy as np
+
+from roboreel.formats.manifest import Manifest
+from roboreel.reader.decode.clips import ClipDecoders, materialize
+from roboreel.reader.decode.deferred import ship_once
+from roboreel.reader.decode.heap import release_free_memory
+from roboreel.reader.decode.idle_policy import IdlePolicy
+from roboreel.reader.fetch.prefetch import Prefetcher
+from roboreel.reader.fetch.source import SliceReader, Store
+from roboreel.reader.plan.epoch import Slice, World
+from roboreel.reader.plan.pool import LoadedEpisode, PoolSchedule, pending_samples, still_needed
 from roboreel.reader.stats import Flusher, SharedCounters
 
-if TYPE_CHECKING:
-    from roboreel.reader.dataset import CompiledDataset
+
+class ConsumerSettings(Protocol):
+    """What a consumer reads of its dataset (``CompiledDataset`` has every one of these attributes)."""
+
+    store: Store
+    manifest: Manifest
+    verify_checksums: bool
+    retries: int
+    backoff_s: float
+    tabular_keys: list[str]
+    camera_keys: list[str]
+    windows: dict[str, np.ndarray]
+    readahead: int
+    decode_device: str
+    keep_frames: dict[str, int]
+    decode_cache_bytes: int
+    idle_policy: IdlePolicy
+    decode_batch: int
+    tolerance_s: float
+    return_uint8: bool
+    image_transforms: Callable[..., Any] | None
 
 
 class Position:
@@ -36,7 +61,7 @@ class Position:
         self.epoch, self.world, self.yielded = epoch, world, start
 
 
-def run_consumer(ds: CompiledDataset, schedule: PoolSchedule, slices: list[Slice], position: Position, row: int,
+def run_consumer(ds: ConsumerSettings, schedule: PoolSchedule, slices: list[Slice], position: Position, row: int,
                  counters: SharedCounters, *, deferred: bool = False) -> Iterator[Any]:
     """Samples (or, ``deferred``, pending samples) of ``schedule``, read from ``slices`` of ``ds``; ``row`` is this
     process's row of ``counters`` (stats.py). Lazy: nothing is opened before the first ``next()``."""

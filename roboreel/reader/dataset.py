@@ -28,13 +28,15 @@ from torch.utils.data import IterableDataset, get_worker_info
 from roboreel.formats.index import FileIndex
 from roboreel.formats.manifest import Manifest, load_manifest
 from roboreel.reader.consumer import Position, run_consumer
-from roboreel.reader.decode import PendingSample
-from roboreel.reader.forksafe import isolate_inherited_heap
-from roboreel.reader.heap import pin_mmap_threshold
-from roboreel.reader.idle_policy import IdlePolicy, camera_lanes, idle_bytes_needed
+from roboreel.reader.decode.forksafe import isolate_inherited_heap
+from roboreel.reader.decode.heap import pin_mmap_threshold
+from roboreel.reader.decode.idle_policy import IdlePolicy, camera_lanes, idle_bytes_needed
+from roboreel.reader.decode.requests import PendingSample
+from roboreel.reader.decode.routing import resolve_decode_device
+from roboreel.reader.fetch.source import Store, retrying
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.options import DecodeOptions, StreamOptions, legacy_options
-from roboreel.reader.plan import (
+from roboreel.reader.plan.epoch import (
     Selection,
     Slice,
     SplitOptions,
@@ -48,12 +50,10 @@ from roboreel.reader.plan import (
     uneven_split_message,
     worker_quotas,
 )
-from roboreel.reader.pool import PoolSchedule
-from roboreel.reader.routing import resolve_decode_device
-from roboreel.reader.source import Store, retrying
-from roboreel.reader.state import STATE_FORMAT, STATE_VERSION, checked_state, loader_state, resume_point
+from roboreel.reader.plan.pool import PoolSchedule
+from roboreel.reader.plan.state import STATE_FORMAT, STATE_VERSION, checked_state, loader_state, resume_point
+from roboreel.reader.plan.windows import delta_offsets
 from roboreel.reader.stats import SharedCounters
-from roboreel.reader.windows import delta_offsets
 
 logger = logging.getLogger(__name__)
 

@@ -33,22 +33,22 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from roboreel.reader.buffers import BufferPool
 from roboreel.reader.dataset import CompiledDataset
-from roboreel.reader.deferred import PendingBatch, collate_pending
-from roboreel.reader.gpu import DEFAULT_MAX_GPU_DECODERS, DeviceDecoders
-from roboreel.reader.heap import (
+from roboreel.reader.decode.buffers import BufferPool
+from roboreel.reader.decode.deferred import PendingBatch, collate_pending
+from roboreel.reader.decode.gpu import DEFAULT_MAX_GPU_DECODERS, DeviceDecoders
+from roboreel.reader.decode.heap import (
     DECODE_CALL_BYTES,
     DECODE_MMAP_THRESHOLD_BYTES,
     DECODE_TRIM_THRESHOLD_BYTES,
     pin_mmap_threshold,
     trim_heap,
 )
-from roboreel.reader.prefetch import Prefetcher
-from roboreel.reader.resume import worker_batches
-from roboreel.reader.routing import Router
-from roboreel.reader.runs import RunBudget
-from roboreel.reader.stage import BatchJob, DecodePool, default_decode_threads
+from roboreel.reader.decode.routing import Router
+from roboreel.reader.decode.runs import RunBudget
+from roboreel.reader.decode.stage import BatchJob, DecodePool, default_decode_threads
+from roboreel.reader.fetch.prefetch import Prefetcher
+from roboreel.reader.plan.resume import worker_batches
 from roboreel.reader.stats import Flusher
 
 logger = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from roboreel.formats.lerobot_v3 import (
     SourceInfo,
     read_parquet,
 )
-from roboreel.reader.source import http_defaults, retrying
+from roboreel.reader.fetch.source import http_defaults, retrying
 
 # LeRobot's language columns (lerobot.datasets.language.LANGUAGE_COLUMNS): their presence switches lerobot-train
 # to its language-aware collate.

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roboreel.reader.pool import FRAME_ORDERS, FrameOrder
-from roboreel.reader.routing import DecodeFallback
-from roboreel.reader.runs import DEFAULT_RUN_CACHE_BYTES
+from roboreel.reader.decode.routing import DecodeFallback
+from roboreel.reader.decode.runs import DEFAULT_RUN_CACHE_BYTES
+from roboreel.reader.plan.pool import FRAME_ORDERS, FrameOrder
 
 _FALLBACKS = ("error", "cpu")
 
@@ -82,7 +82,7 @@ class DecodeOptions:
             "Memory over long training"). None (default): automatic, from a process's second iteration of the
             dataset on (a persistent DataLoader worker, or the main process) and only if every clip x lane of
             the dataset fits 256 MiB: ~+150-180 MB per such process, the price of a flat RSS
-            (reader/idle_policy.py). A number: that bound, from the first iteration. 0 turns it off.
+            (reader/decode/idle_policy.py). A number: that bound, from the first iteration. 0 turns it off.
     """
 
     device: str = "cpu"

@@ -23,7 +23,7 @@ FIELDS = (
     "decoder_reuses",
     "decode_calls",
     "frames_decoded",
-    "fallback_clips",  # clips decoded on the CPU although a GPU was asked for (reader/routing.py says why)
+    "fallback_clips",  # clips decoded on the CPU although a GPU was asked for (reader/decode/routing.py says why)
 )
 _INT_FIELDS = {"samples", "bytes_read", "requests", "retries", "episodes_read", "decoder_opens", "decoder_reuses",
                "decode_calls", "frames_decoded", "fallback_clips"}

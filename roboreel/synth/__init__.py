@@ -1,7 +1,8 @@
 """Synthetic LeRobot v3 datasets whose frames and rows identify themselves (demos, tests, benchmarks)."""
 
 from roboreel.synth.codes import FrameCode, read
-from roboreel.synth.generate import SynthConfig, SynthSummary, synthesize
+from roboreel.synth.config import SynthConfig
+from roboreel.synth.generate import SynthSummary, synthesize
 
 
 def camera_names(n: int) -> tuple[str, ...]:

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3_layout as v3
+from roboreel.synth.config import SynthConfig
 from roboreel.synth.content import action_row, render_frame, state_row
 from roboreel.synth.videofile import Roller, VideoFileWriter
 
-DEFAULT_CAMERAS = ("observation.images.top", "observation.images.wrist")
 _TASKS = (
     "pick up the red cube",
     "place the cube in the bowl",
@@ -33,38 +33,6 @@ _TASKS = (
 )
 
 
-
-
-@dataclass(frozen=True)
-class SynthConfig:
-    """What to generate. Lengths vary per episode, drawn from [min_length, max_length] by ``seed``."""
-
-    episodes: int = 6
-    min_length: int = 20
-    max_length: int = 40
-    fps: int = 20
-    cameras: tuple[str, ...] = DEFAULT_CAMERAS
-    height: int = 64
-    width: int = 64
-    tasks: int = 3
-    state_dim: int = 6
-    action_dim: int = 6
-    seed: int = 0
-    codec: str = "libsvtav1"  # LeRobot's default; "libx265"/"libx264" make HEVC/H.264 sources
-    crf: int = 30
-    g: int = 2
-    # libsvtav1 speed preset. 10, not the fastest 12: at 224x224, preset 12 at crf 30 blurs inter frames to
-    # 23-29 dB and breaks ~10% of pixel codes; 10 breaks none for ~10% more synth time (measured).
-    preset: int | None = 10
-    video_files_size_in_mb: float = 0.02  # roll over past this estimated size (see videofile.VideoFileWriter.frame_bytes)
-    data_files_size_in_mb: float = 0.01
-    chunks_size: int = 1000
-    row_groups: str = "episode"  # "episode": one per episode (LeRobot >= #3807); "file": one per file (older)
-    robot_type: str = "synth"
-
-    def lengths(self) -> list[int]:
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0x1E6]))
-        return [int(x) for x in rng.integers(self.min_length, self.max_length + 1, size=self.episodes)]
 
 
 @dataclass

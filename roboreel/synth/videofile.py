@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import av
 import numpy as np
 
 from roboreel.formats import lerobot_v3_layout as v3
-
-if TYPE_CHECKING:
-    from roboreel.synth.generate import SynthConfig
+from roboreel.synth.config import SynthConfig
 
 _COMPRESSION_ESTIMATE = 25.0  # yuv420p bytes / encoded bytes assumed when rolling video files over
 

@@ -22,7 +22,7 @@ from typing import Any
 from roboreel.reader.dataset import CompiledDataset
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.options import DecodeOptions
-from roboreel.reader.plan import detect_rank
+from roboreel.reader.plan.epoch import detect_rank
 
 logger = logging.getLogger(__name__)
 

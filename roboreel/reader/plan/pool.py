@@ -26,10 +26,10 @@ import numpy as np
 
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.shard import EpisodeRecord
-from roboreel.reader.decode import Clip, FrameRequest, PendingSample, window_lanes
-from roboreel.reader.plan import TAG_FRAMES, TAG_POOL, Slice
-from roboreel.reader.rows import column_array
-from roboreel.reader.windows import window
+from roboreel.reader.decode.requests import Clip, FrameRequest, PendingSample, window_lanes
+from roboreel.reader.plan.epoch import TAG_FRAMES, TAG_POOL, Slice
+from roboreel.reader.plan.rows import column_array
+from roboreel.reader.plan.windows import window
 
 FrameOrder = Literal["segments", "random"]
 FRAME_ORDERS = ("segments", "random")

@@ -31,7 +31,7 @@ import torch
 from torch.utils.data import default_collate
 
 from roboreel.formats.errors import FrameTimestampError
-from roboreel.reader.decode import Clip, PendingSample
+from roboreel.reader.decode.requests import Clip, PendingSample
 
 ClipKey = tuple[str, int, str, int]  # Clip.key: shard, episode, camera, stream
 

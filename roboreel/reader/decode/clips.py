@@ -18,86 +18,24 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from torchcodec.decoders import VideoDecoder  # loaded once in the parent, so forked workers inherit it
 
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
-from roboreel.reader.decoder_cache import IdleDecoders
-from roboreel.reader.heap import in_side_arena
-from roboreel.reader.runs import DEFAULT_RUN_CACHE_BYTES, DecodedRun, RunBudget, run_ahead
-
-SeekMode = Literal["approximate", "exact"]
-SEEK_MODES = ("approximate", "exact")
-
-
-@dataclass(eq=False)
-class Clip:
-    """One camera's compressed clip of one episode: ``key`` identifies it for decoder reuse. ``stream`` tells
-    apart the copies of one clip that two consumers (DataLoader workers) hold when the split cut its episode
-    between them: each releases its own (reader/plan.py)."""
-
-    shard: str
-    episode: int
-    camera: str
-    data: bytes
-    stream: int = 0
-
-    @property
-    def key(self) -> tuple[str, int, str, int]:
-        return (self.shard, self.episode, self.camera, self.stream)
-
-    @classmethod
-    def stub(cls, key: tuple[str, int, str, int]) -> Clip:
-        """The clip named by ``key`` without its bytes (they travelled with an earlier reference)."""
-        shard, episode, camera, stream = key
-        return cls(shard, episode, camera, b"", stream)
-
-    @property
-    def name(self) -> str:
-        return f"{self.shard}:{self.episode:06d}.{self.camera}.mp4"
-
-
-@dataclass
-class FrameRequest:
-    """The frames one sample needs from one clip, in window order (repeats allowed, e.g. clamped edges)."""
-
-    clip: Clip
-    frames: np.ndarray  # int64 frame numbers within the clip (= frame_index within the episode)
-    queried_s: np.ndarray  # float64: the timestamp each frame must show (the row's timestamp), for tolerance checks
-    stacked: bool  # True -> [T, C, H, W]; False -> [C, H, W] (no window, or a one-offset window, as LeRobot)
-    lanes: np.ndarray | None = None  # per frame, which of the clip's decoders should decode it (None: lane 0)
-    run_end: int | None = None  # frames[0] + 1 .. run_end - 1 are asked next from this clip, in order, one each
-
-
-@dataclass
-class PendingSample:
-    """A sample that has left the pool but is not decoded yet."""
-
-    episode: int
-    frame: int  # frame within the episode
-    values: dict[str, Any]  # every non-camera key in final order: numpy arrays (tabular, ``*_is_pad``), ``task``
-    video: dict[str, FrameRequest]  # camera key -> request, in camera order
-    release: tuple[Clip, ...] = ()  # clips no later sample needs (their episode left the pool)
-
-
-@dataclass
-class DecodeStats:
-    decode_seconds: float = 0.0
-    decoder_opens: int = 0
-    decoder_reuses: int = 0
-    decode_calls: int = 0
-    frames_decoded: int = 0
-
-
-MAX_LANES = 4
-
-
-def window_lanes(num_offsets: int) -> np.ndarray:
-    """Decoder lane of each offset of a camera window: adjacent offsets share one of at most MAX_LANES lanes."""
-    return (np.arange(num_offsets) * min(num_offsets, MAX_LANES)) // num_offsets
+from roboreel.reader.decode.decoder_cache import IdleDecoders
+from roboreel.reader.decode.heap import in_side_arena
+from roboreel.reader.decode.requests import (
+    MAX_LANES,
+    SEEK_MODES,
+    Clip,
+    DecodeStats,
+    PendingSample,
+    SeekMode,
+)
+from roboreel.reader.decode.runs import DEFAULT_RUN_CACHE_BYTES, DecodedRun, RunBudget, run_ahead
 
 
 @dataclass

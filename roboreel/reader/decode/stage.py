@@ -36,9 +36,9 @@ import torch
 
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.formats.manifest import CameraSpec
-from roboreel.reader.buffers import BufferPool
-from roboreel.reader.decode import Clip, DecodeStats
-from roboreel.reader.deferred import ClipKey, ClipStore, PendingBatch
+from roboreel.reader.decode.buffers import BufferPool
+from roboreel.reader.decode.deferred import ClipKey, ClipStore, PendingBatch
+from roboreel.reader.decode.requests import Clip, DecodeStats
 
 try:  # optional: a fast channel deinterleave (copy_frame); numpy does the same, slower, without it
     import cv2 as _cv2

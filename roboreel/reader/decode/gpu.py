@@ -22,10 +22,11 @@ from typing import Any
 import torch
 
 from roboreel.formats.errors import CompiledFormatError
-from roboreel.reader.decode import Clip, ClipDecoders, DecodeStats, SeekMode
-from roboreel.reader.decoder_cache import IdleDecoders
-from roboreel.reader.routing import Router
-from roboreel.reader.runs import RunBudget
+from roboreel.reader.decode.clips import ClipDecoders
+from roboreel.reader.decode.decoder_cache import IdleDecoders
+from roboreel.reader.decode.requests import Clip, DecodeStats, SeekMode
+from roboreel.reader.decode.routing import Router
+from roboreel.reader.decode.runs import RunBudget
 
 DEFAULT_MAX_GPU_DECODERS = 256
 

@@ -39,7 +39,7 @@ from roboreel.formats.transient import (
     is_transient,
 )
 from roboreel.formats.transient import retrying as _retrying
-from roboreel.reader.plan import Slice
+from roboreel.reader.plan.epoch import Slice
 
 logger = logging.getLogger(__name__)
 

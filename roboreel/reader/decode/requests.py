@@ -1,0 +1,83 @@
+"""What decode is asked for: a ``PendingSample`` (tabular values + per camera a ``FrameRequest`` naming frames of
+a compressed ``Clip``), and the decode counters every decoder keeps.
+
+Why a module of its own: the plan room (reader/plan/pool.py) builds these and the decode room consumes them, so
+they sit at the bottom of decode/ where both can import them without decode ever importing plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+SeekMode = Literal["approximate", "exact"]
+SEEK_MODES = ("approximate", "exact")
+
+
+@dataclass(eq=False)
+class Clip:
+    """One camera's compressed clip of one episode: ``key`` identifies it for decoder reuse. ``stream`` tells
+    apart the copies of one clip that two consumers (DataLoader workers) hold when the split cut its episode
+    between them: each releases its own (reader/plan/epoch.py)."""
+
+    shard: str
+    episode: int
+    camera: str
+    data: bytes
+    stream: int = 0
+
+    @property
+    def key(self) -> tuple[str, int, str, int]:
+        return (self.shard, self.episode, self.camera, self.stream)
+
+    @classmethod
+    def stub(cls, key: tuple[str, int, str, int]) -> Clip:
+        """The clip named by ``key`` without its bytes (they travelled with an earlier reference)."""
+        shard, episode, camera, stream = key
+        return cls(shard, episode, camera, b"", stream)
+
+    @property
+    def name(self) -> str:
+        return f"{self.shard}:{self.episode:06d}.{self.camera}.mp4"
+
+
+@dataclass
+class FrameRequest:
+    """The frames one sample needs from one clip, in window order (repeats allowed, e.g. clamped edges)."""
+
+    clip: Clip
+    frames: np.ndarray  # int64 frame numbers within the clip (= frame_index within the episode)
+    queried_s: np.ndarray  # float64: the timestamp each frame must show (the row's timestamp), for tolerance checks
+    stacked: bool  # True -> [T, C, H, W]; False -> [C, H, W] (no window, or a one-offset window, as LeRobot)
+    lanes: np.ndarray | None = None  # per frame, which of the clip's decoders should decode it (None: lane 0)
+    run_end: int | None = None  # frames[0] + 1 .. run_end - 1 are asked next from this clip, in order, one each
+
+
+@dataclass
+class PendingSample:
+    """A sample that has left the pool but is not decoded yet."""
+
+    episode: int
+    frame: int  # frame within the episode
+    values: dict[str, Any]  # every non-camera key in final order: numpy arrays (tabular, ``*_is_pad``), ``task``
+    video: dict[str, FrameRequest]  # camera key -> request, in camera order
+    release: tuple[Clip, ...] = ()  # clips no later sample needs (their episode left the pool)
+
+
+@dataclass
+class DecodeStats:
+    decode_seconds: float = 0.0
+    decoder_opens: int = 0
+    decoder_reuses: int = 0
+    decode_calls: int = 0
+    frames_decoded: int = 0
+
+
+MAX_LANES = 4
+
+
+def window_lanes(num_offsets: int) -> np.ndarray:
+    """Decoder lane of each offset of a camera window: adjacent offsets share one of at most MAX_LANES lanes."""
+    return (np.arange(num_offsets) * min(num_offsets, MAX_LANES)) // num_offsets
