@@ -16,8 +16,10 @@ from roboreel.doctor import nvdec_support, run_doctor
 from roboreel.doctor.codecs import DecodeOutcome
 from roboreel.doctor.dataset import DatasetCheck, _judge
 from roboreel.doctor.env import CudaInfo, parse_device
+from roboreel.doctor.fallback import parse_fallback_status, read_fallback_status
 from roboreel.doctor.report import Report
 from roboreel.doctor.report import _judge as judge_report
+from roboreel.doctor.text import render
 from roboreel.formats.lerobot_v3 import LeRobotSource
 
 HAVE_CUDA = torch.cuda.is_available()
@@ -200,6 +202,106 @@ def test_cpu_fallback_on_gpu_passes_with_notes_and_fails_when_strict(small_sourc
     strict = _gpu_report(small_source, "cpu-fallback", strict=True)
     assert strict.exit_code == 1
     assert strict.verdict == ["VERDICT: 2 of 2 cameras are not decoded by NVDEC on cuda:0 (--strict)"]
+
+
+# -- torchcodec's own fallback verdict: a silent CPU fallback is not NVDEC ------------------------------------
+H100 = CudaInfo(available=True, index=0, name="NVIDIA H100 80GB HBM3", capability=(9, 0), device_count=1)
+NVCUVID_MISSING = "[CUDA] Fallback status: Falling back due to: NVcuvid unavailable"
+
+
+@pytest.mark.parametrize(("text", "known", "fallback", "cause"), [
+    (NVCUVID_MISSING, True, True, "nvcuvid-unavailable"),
+    ("[CUDA] Fallback status: Falling back due to: Video not supported", True, True, "video-not-supported"),
+    ("[FFmpeg CUDA] Fallback status: Falling back due to: Unknown reason - try the 'nvdec' backend to know more!",
+     True, True, "unknown"),
+    ("[CUDA] Fallback status: No fallback required", True, False, None),
+    ("[FFmpeg CUDA] Fallback status: Unknown", False, False, None),
+    ("something a later torchcodec prints", False, False, None),
+])
+def test_fallback_status_text_is_parsed_not_guessed(text, known, fallback, cause):
+    got = parse_fallback_status(text)
+    assert (got.known, got.fallback, got.cause, got.text) == (known, fallback, cause, text)
+
+
+def test_fallback_status_of_a_real_cpu_decoder():
+    from torchcodec.decoders import VideoDecoder
+
+    from roboreel.doctor.codecs import encode_probe
+
+    dec = VideoDecoder(encode_probe("hevc")[0])
+    dec[0]
+    got = read_fallback_status(dec)  # torchcodec's own object, read through its public str() and bool()
+    assert got is not None and got.known and not got.fallback and got.text.endswith("No fallback required")
+    assert read_fallback_status(object()) is None  # a torchcodec without cpu_fallback: nothing to read
+
+
+def _probe_report(cuda_outcome: DecodeOutcome | None) -> Report:
+    """A real no-PATH CPU report, judged as if on an H100 whose hevc probe decoded as ``cuda_outcome``."""
+    report = run_doctor(device="cpu")
+    report.device, report.environment.cuda = "cuda", H100
+    hevc = next(p for p in report.probes if p.codec == "hevc")
+    hevc.cuda = cuda_outcome
+    report.verdict, report.notes, report.exit_code = [], [], 0
+    judge_report(report, strict=False)
+    return report
+
+
+def _hevc_outcome(engine: str, **kw) -> DecodeOutcome:
+    return DecodeOutcome(ok=True, device="cuda:0", engine=engine, codec="hevc", width=256, height=256, num_frames=2,
+                         first_frame_mean=64.0, **kw)
+
+
+def test_silent_cpu_fallback_of_the_hevc_probe_fails_and_names_nvcuvid():
+    report = _probe_report(_hevc_outcome("cpu-fallback", fallback=NVCUVID_MISSING,
+                                         fallback_cause="nvcuvid-unavailable"))
+    assert report.exit_code == 1
+    line = report.verdict[0]
+    assert line.startswith("VERDICT: cuda decode silently falls back to the CPU on cuda:0: NVDEC decoded no frame "
+                           f'of the 256x256 hevc probe; torchcodec says "{NVCUVID_MISSING}"')
+    assert "libnvcuvid.so.1" in line and "NVIDIA_DRIVER_CAPABILITIES" in line
+    assert render(report).rstrip().splitlines()[-1] == line
+    assert _probe_report(_hevc_outcome("nvdec")).verdict == [
+        "VERDICT: this environment decodes hevc (roboreel's compiled clips) on cuda:0 via nvdec"]
+    unknown = _probe_report(_hevc_outcome("cuda"))  # device=cuda, but no fallback verdict to read
+    assert unknown.exit_code == 1 and unknown.verdict[0].startswith(
+        "VERDICT: cannot tell NVDEC from a silent CPU fallback on cuda:0: torchcodec")
+
+
+def test_silent_cpu_fallback_of_a_camera_within_nvdec_limits_fails(small_compiled):
+    """A 256x256 HEVC camera (within the NVDEC table on an H100) that torchcodec decoded on the CPU: exit 1,
+    where an AV1 camera on the same H100 (no AV1 NVDEC: an expected fallback) passes with a note."""
+    from dataclasses import replace
+
+    report = run_doctor(str(small_compiled), device="cpu")
+    report.device, report.environment.cuda = "cuda", H100
+    cams = []
+    for c in report.dataset.cameras:
+        cpu = replace(c.cpu, width=256, height=256)
+        gpu = _hevc_outcome("cpu-fallback", fallback="[CUDA] Fallback status: Falling back due to: Video not "
+                            "supported", fallback_cause="video-not-supported")
+        cams.append(_judge(c.key, "hevc", 256, 256, c.clip, cpu, gpu, H100, advise=True))
+    report.dataset = DatasetCheck(path=report.dataset.path, kind="compiled", cameras=cams)
+    report.verdict, report.notes = [], []
+    judge_report(report, strict=False)
+    assert report.exit_code == 1
+    assert report.verdict[0].startswith(f"VERDICT: cuda decode silently falls back to the CPU on cuda:0: camera "
+                                        f"{cams[0].key} (hevc 256x256) is within NVDEC's limits")
+    assert report.verdict[0].endswith("(and 1 more cameras)")
+
+
+def test_nvdec_library_is_reported(capsys):
+    import ctypes
+
+    rc, d = doctor_json(capsys)
+    nv = d["environment"]["nvdec_library"]
+    try:  # an independent load of the same library
+        ctypes.CDLL("libnvcuvid.so.1")
+        loads = True
+    except OSError:
+        loads = False
+    assert nv["library"] == "libnvcuvid.so.1" and nv["loadable"] is loads
+    _, out = doctor(capsys)
+    assert f"  NVDEC lib    libnvcuvid.so.1 {'loads' if loads else 'does not load'}" in out
 
 
 # -- the NVDEC table ---------------------------------------------------------------------------------------

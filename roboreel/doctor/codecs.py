@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from roboreel.doctor.env import error_line
+from roboreel.doctor.fallback import read_fallback_status
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ Engine = Literal["cpu", "nvdec", "cpu-fallback", "cuda"]
 @dataclass
 class DecodeOutcome:
     """What one decode attempt did. ``engine``: "cpu"; "nvdec"; "cpu-fallback" (asked for CUDA, torchcodec
-    decoded on the CPU and uploaded, ``fallback`` says why); "cuda" (on the GPU, fallback status unknown)."""
+    decoded on the CPU and uploaded, ``fallback`` is its text, ``fallback_cause`` the parsed cause, see
+    doctor/fallback.py); "cuda" (on the GPU, fallback status unknown: this torchcodec does not say)."""
 
     ok: bool
     device: str
@@ -53,6 +55,7 @@ class DecodeOutcome:
     num_frames: int | None = None
     first_frame_mean: float | None = None
     fallback: str | None = None
+    fallback_cause: str | None = None
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -75,11 +78,13 @@ def try_decode(source: Any, *, device: str, seek_mode: Literal["exact", "approxi
         num_frames=meta.num_frames, first_frame_mean=round(float(frame.float().mean()), 2),
     )
     if device != "cpu":
-        status = getattr(dec, "cpu_fallback", None)  # in torchcodec 0.13; older releases may lack it
-        if status is None or not status.status_known:
+        status = read_fallback_status(dec)  # read after a decoded frame: the FFmpeg CUDA backend knows only then
+        if status is None or not status.known:
             out.engine = "cuda"
-        elif bool(status):
-            out.engine, out.fallback = "cpu-fallback", str(status)
+        elif status.fallback:
+            out.engine, out.fallback, out.fallback_cause = "cpu-fallback", status.text, status.cause
+        elif frame.device.type != "cuda":  # NVDEC claimed, yet the frame is not on the GPU: not to be trusted
+            out.ok, out.error = False, f"torchcodec reports no CPU fallback but returned the frame on {frame.device}"
         else:
             out.engine = "nvdec"
     return out

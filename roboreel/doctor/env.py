@@ -20,6 +20,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 _SMI_TIMEOUT_S = 3
+NVDEC_LIBRARY = "libnvcuvid.so.1"  # the NVIDIA driver's decode library, which torchcodec's NVDEC backend loads
 _CPP_WHERE = re.compile(r"^\w+, \S+\.(?:cpp|h):\d+, ")
 
 
@@ -51,6 +52,7 @@ class Environment:
     torchcodec: dict[str, Any] = field(default_factory=dict)
     pyav: dict[str, Any] = field(default_factory=dict)
     cuda: CudaInfo | None = None
+    nvdec_library: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -166,6 +168,21 @@ def cuda_info(device: str = "cuda") -> CudaInfo:
     )
 
 
+def nvdec_library() -> dict[str, Any]:
+    """Whether the driver's NVDEC library loads in this process. torchcodec loads it to decode on NVDEC and, when
+    it cannot, decodes on the CPU without an error (doctor/fallback.py); containers lack it unless started with
+    the "video" driver capability."""
+    if not sys.platform.startswith("linux"):
+        return {"library": NVDEC_LIBRARY, "loadable": None, "error": f"not checked on {sys.platform}"}
+    import ctypes
+
+    try:
+        ctypes.CDLL(NVDEC_LIBRARY)
+    except OSError as e:
+        return {"library": NVDEC_LIBRARY, "loadable": False, "error": error_line(e)}
+    return {"library": NVDEC_LIBRARY, "loadable": True, "error": None}
+
+
 def collect_environment(*, device: str = "cpu") -> Environment:
     """Everything above; CUDA facts are gathered whatever ``device`` is (index from ``device`` if cuda:N)."""
     return Environment(
@@ -175,4 +192,5 @@ def collect_environment(*, device: str = "cpu") -> Environment:
         torchcodec=_torchcodec_facts(),
         pyav=_pyav_facts(),
         cuda=cuda_info(device if device.startswith("cuda") else "cuda"),
+        nvdec_library=nvdec_library(),
     )

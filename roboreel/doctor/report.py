@@ -1,8 +1,11 @@
 """Run every check, then judge: can this machine decode the dataset (or, without one, roboreel's compiled
 clips) on the requested device? The judgement is a list of verdict lines and an exit code:
 
-- 0: decodable on the requested device (CPU fallback on a GPU counts, with a note; ``strict`` makes it 1),
-- 1: not decodable there (the first line says why),
+- 0: decodable on the requested device (a CPU fallback on a GPU that the NVDEC table predicts, e.g. AV1 on an
+  H100 or frames under NVDEC's minimum, counts, with a note; ``strict`` makes it 1),
+- 1: not decodable there (the first line says why), or, on a GPU, a *silent* CPU fallback: torchcodec decoded on
+  the CPU a clip that NVDEC should take (the HEVC probe, or a camera within the NVDEC table), typically because
+  the driver's libnvcuvid.so.1 is missing, or a torchcodec that cannot tell NVDEC from a fallback at all,
 - 2: PATH is not a readable dataset.
 """
 
@@ -12,10 +15,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from roboreel.doctor.codecs import CodecProbe, probe_codecs
+from roboreel.doctor.codecs import PROBE_SIZE, CodecProbe, DecodeOutcome, probe_codecs
 from roboreel.doctor.dataset import DatasetCheck, check_dataset
 from roboreel.doctor.env import Environment, collect_environment, error_line, parse_device
+from roboreel.doctor.fallback import NVCUVID_HINT
 from roboreel.doctor.ffmpeg import pyav_codecs, system_ffmpeg_codecs
+from roboreel.doctor.nvdec import nvdec_support
 from roboreel.formats.errors import RoboreelError
 
 logger = logging.getLogger(__name__)
@@ -93,9 +98,35 @@ def run_doctor(path: str | None = None, *, device: str = "cpu", strict: bool = F
 def _torchcodec_hint(report: Report, error: str | None) -> str:
     tc = report.environment.torchcodec
     if error and "Unsupported device" in error and tc.get("build") == "CPU":
-        return (f" (torchcodec {tc.get('version')} is a CPU build: install a CUDA build of torchcodec that "
-                "matches your torch, see docs/gpu.md)")
+        return (f" (torchcodec {tc.get('version')} is a CPU build: install a CUDA torch >= 2.11 and "
+                "`pip install 'torchcodec>=0.15'`, whose PyPI wheels are CUDA builds; docs/gpu.md, "
+                "\"Install on a CUDA machine\")")
     return ""
+
+
+def _silent_fallback(report: Report, where: str) -> str | None:
+    """The verdict line when cuda decode does not reach NVDEC although it should: the HEVC probe (256x256, within
+    every NVDEC since Pascal) fell back to the CPU, or this torchcodec cannot say whether it did. None: NVDEC
+    decoded the probe, or there was no probe to judge."""
+    p = next((p for p in report.probes if p.codec == COMPILED_CODEC), None)
+    o = p.cuda if p else None
+    if o is None or not o.ok:
+        return None
+    tc = report.environment.torchcodec.get("version")
+    if o.engine == "cuda":
+        return (f"cannot tell NVDEC from a silent CPU fallback on {where}: torchcodec {tc} does not report "
+                "VideoDecoder.cpu_fallback (install `torchcodec>=0.15`, docs/gpu.md)")
+    cuda = report.environment.cuda
+    predicted, _ = nvdec_support(COMPILED_CODEC, PROBE_SIZE, PROBE_SIZE, capability=cuda.capability if cuda else None)
+    if o.engine != "cpu-fallback" or not predicted:
+        return None
+    return (f"cuda decode silently falls back to the CPU on {where}: NVDEC decoded no frame of the "
+            f"{PROBE_SIZE}x{PROBE_SIZE} {COMPILED_CODEC} probe; torchcodec says \"{o.fallback}\""
+            + _cause_hint(o))
+
+
+def _cause_hint(o: DecodeOutcome) -> str:
+    return f" ({NVCUVID_HINT})" if o.fallback_cause == "nvcuvid-unavailable" else ""
 
 
 def _judge(report: Report, *, strict: bool) -> None:
@@ -122,6 +153,10 @@ def _judge(report: Report, *, strict: bool) -> None:
                     f"({report.environment.torchcodec.get('error')})")
     if kind == "cuda" and not (cuda and cuda.available):
         return fail(f"cannot decode on {report.device}: no CUDA device ({cuda.reason if cuda else 'unknown'})")
+    if kind == "cuda":
+        silent = _silent_fallback(report, where)
+        if silent is not None:
+            return fail(silent)
 
     if report.dataset is None:
         p = probes.get(COMPILED_CODEC)
@@ -160,6 +195,18 @@ def _judge(report: Report, *, strict: bool) -> None:
                     + _torchcodec_hint(report, c.gpu_reason))
     for c in bad_cpu:
         report.notes.append(f"camera {c.key} does not decode on the CPU ({c.cpu.error}): no CPU fallback for it")
+    unexpected = [c for c in cams if c.gpu_status == "cpu-fallback" and c.nvdec_ok]
+    if unexpected:
+        c = unexpected[0]
+        return fail(f"cuda decode silently falls back to the CPU on {where}: camera {c.key} ({c.codec} "
+                    f"{c.width}x{c.height}) is within NVDEC's limits, yet torchcodec decoded it on the CPU "
+                    f"(\"{c.gpu.fallback if c.gpu else c.gpu_reason}\")" + (_cause_hint(c.gpu) if c.gpu else "")
+                    + (f" (and {len(unexpected) - 1} more cameras)" if len(unexpected) > 1 else ""))
+    unknown = [c for c in cams if c.gpu_status == "cuda"]
+    if unknown:
+        return fail(f"cannot tell NVDEC from a silent CPU fallback on {where} for camera {unknown[0].key}: "
+                    f"torchcodec {report.environment.torchcodec.get('version')} does not report "
+                    "VideoDecoder.cpu_fallback (install `torchcodec>=0.15`, docs/gpu.md)")
     fallback = [c for c in cams if c.gpu_status == "cpu-fallback"]
     nvdec = sum(c.gpu_status == "nvdec" for c in cams)
     report.verdict.append(f"VERDICT: dataset decodable on {where} ({_summary(cams)}; NVDEC for {nvdec} of "

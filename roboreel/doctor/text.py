@@ -54,6 +54,10 @@ def render(report: Report) -> str:
                    f"driver {c.driver or 'unknown'}, torch CUDA {c.torch_cuda}, {c.device_count} device(s)")
     else:
         out.append(f"  CUDA         no CUDA: {c.reason if c else 'unknown'}")
+    nv = env.nvdec_library
+    if nv:
+        state = "loads" if nv.get("loadable") else f"does not load ({nv.get('error')})"
+        out.append(f"  NVDEC lib    {nv['library']} {state}")
 
     out += ["", "Codecs"]
     tcv = (tc.get("ffmpeg") or {}).get("version", "?")
