@@ -155,8 +155,9 @@ class GilProbe:
     no other thread holds the GIL; when one is running Python, the probe waits until that thread lets go, at the
     latest after ``sys.getswitchinterval()`` (5 ms), when CPython forces a switch. So:
 
-    - ``held_share``: the share of samples that waited over ``HELD_US`` = the probability that the GIL was held
-      when a thread wanted it, i.e. the GIL's load (samples at random moments);
+    - ``held_share``: the share of samples that waited over ``held_us`` = the probability that the GIL was held
+      when a thread wanted it, i.e. the GIL's load (samples at random moments). ``held_us`` is 50 us, or twice
+      the 99th percentile of the probe on the idle process where the machine is slower than that (part_scaling);
     - ``mean_wait_us``: what each acquisition of the GIL costs a thread under that load.
 
     Decode threads that run native code without the GIL keep both low; a held_share near 1 means some thread holds
@@ -169,7 +170,8 @@ class GilProbe:
     HELD_US = 50.0
     GAP_S = 0.0005
 
-    def __init__(self) -> None:
+    def __init__(self, held_us: float = HELD_US) -> None:
+        self.held_us = held_us
         self._stop = threading.Event()
         self.waits: list[float] = []
         self._thread = threading.Thread(target=self._run, name="gil-probe", daemon=True)
@@ -192,8 +194,9 @@ class GilProbe:
 
     def summary(self) -> dict[str, float]:
         w = sorted(self.waits) or [0.0]
-        held = sum(x > self.HELD_US * 1e-6 for x in w)
-        return {"held_share": round(held / len(w), 3), "mean_wait_us": round(1e6 * sum(w) / len(w), 1),
+        held = sum(x > self.held_us * 1e-6 for x in w)
+        return {"held_share": round(held / len(w), 3), "held_over_us": round(self.held_us, 1),
+                "mean_wait_us": round(1e6 * sum(w) / len(w), 1), "median_wait_us": round(1e6 * w[len(w) // 2], 1),
                 "p99_wait_ms": round(1e3 * w[min(len(w) - 1, int(0.99 * len(w)))], 3), "samples": len(w)}
 
 

@@ -17,7 +17,7 @@ from common import GilProbe, ThreadCpu, process_cpu_seconds, tree_cpu_seconds
 
 
 def measure(loader: Any, *, seconds: float, warmup_batches: int = 4, cuda: bool = False,
-            set_epoch: Callable[[int], None] | None = None, gil: bool = False,
+            set_epoch: Callable[[int], None] | None = None, gil: float | None = None,
             count: Callable[[dict[str, Any]], int] | None = None) -> dict[str, Any]:
     """Iterate ``loader`` (epoch after epoch) and time it; see the module docstring."""
     import torch
@@ -32,7 +32,7 @@ def measure(loader: Any, *, seconds: float, warmup_batches: int = 4, cuda: bool 
     first_batch_s = None
     t0 = c0 = p0 = None
     threads = ThreadCpu()
-    probe = GilProbe() if gil else None
+    probe = GilProbe(gil) if gil is not None else None  # gil: its held_us
     done = False
     while not done:
         if set_epoch is not None:

@@ -29,7 +29,9 @@ def main() -> None:
     ok, _ = cuda_usable()
     gpu = ok and not a.cpu_only
     n = cores()
-    sweep = ([w for w in (4, 8, 12, 16) if w <= n] or [n]) if gpu else [0, 2]
+    # num_workers=0 last: LeRobot caches video decoders in a module-level cache (video_utils._default_decoder_cache)
+    # and workers forked after the main process decoded inherit them and fail ("Could not push packet to decoder")
+    sweep = ([w for w in (4, 8, 12, 16) if w <= n] or [n]) if gpu else [2, 0]
     ds = LeRobotDataset("local/gpu_check", root=a.data / SOURCE)
     cams = list(ds.meta.camera_keys)
     info = {"lerobot": getattr(lerobot, "__version__", None), "video_backend": getattr(ds, "video_backend", None),

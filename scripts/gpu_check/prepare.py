@@ -28,6 +28,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
 CARRY_LIMIT_MB = 64.0
+REPO_MB = 3.0  # the tracked tree travels too (about 2 MiB)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "any")
 # (requirement, why): one version each (two versions of one package stop the install there)
@@ -90,17 +91,22 @@ def _describe(root: Path, origin: str) -> dict:
             "cameras": cams, "fps": src.info.fps}
 
 
-def make_data(data: Path, *, aloha: Path | None, small: bool) -> dict:
+def make_data(data: Path, *, aloha: Path | None, small: bool, room_mb: float) -> dict:
+    """``room_mb``: what the data may take. The ALOHA source is carried whole (LeRobot v3 packs episodes into
+    shared files) and its compiled copy is assumed no smaller, so it is taken only if twice its size fits."""
     data.mkdir(parents=True, exist_ok=True)
     src, out = data / "main-source", data / "main"
     shutil.rmtree(src, ignore_errors=True)
-    if aloha is not None and (aloha / "meta" / "info.json").exists() and not small:
+    aloha_mb = _size_mb(aloha) if aloha is not None and (aloha / "meta" / "info.json").exists() else None
+    if aloha_mb is not None and 2 * aloha_mb + 2 <= room_mb and not small:
         shutil.copytree(aloha, src)
         origin = f"ALOHA sim footage ({aloha}, scripts/render_aloha.py)"
     else:
-        why = "--small" if small else f"no ALOHA render at {aloha}" if aloha else "no --aloha given"
+        why = ("--small" if small else f"no ALOHA render at {aloha}" if aloha_mb is None else
+               f"the ALOHA render at {aloha} is {aloha_mb:.1f} MiB: it and its compiled copy exceed the "
+               f"{room_mb:.1f} MiB left for data")
         kw = (dict(height=96, width=128, episodes=3, min_length=10, max_length=16) if small else
-              dict(height=480, width=640, episodes=4, min_length=100, max_length=100, fps=50))
+              dict(height=480, width=640, episodes=6, min_length=150, max_length=150, fps=50))
         _synth(src, cameras=("observation.images.top",), video_files_size_in_mb=50.0, data_files_size_in_mb=5.0,
                **kw)
         origin = f"synthetic ({why})"
@@ -139,14 +145,14 @@ def main() -> int:
     t0 = time.perf_counter()
     a.dir.mkdir(parents=True, exist_ok=True)
     wheels = [] if a.no_wheels else fetch_wheels(a.dir / "wheels", a.python)
-    data = make_data(a.dir / "data", aloha=a.aloha, small=a.small)
+    room = CARRY_LIMIT_MB - REPO_MB - sum(w["mb"] for w in wheels)
+    data = make_data(a.dir / "data", aloha=a.aloha, small=a.small, room_mb=room)
     prepared = {"wheels": wheels, "data": data, **_commit(), "prepared_s": round(time.perf_counter() - t0, 1)}
     (a.dir / "data" / "prepared.json").write_text(json.dumps(prepared, indent=1) + "\n")
     total = _size_mb(a.dir)
     print(json.dumps({"dir": str(a.dir), "total_mb": round(total, 1), "wheels_mb": round(sum(w["mb"] for w in wheels), 1),
                       "data": {k: v.get("mb") for k, v in data.items()}}, indent=1))
-    repo_mb = 3.0  # the tracked tree travels too (about 2 MB)
-    if total + repo_mb > CARRY_LIMIT_MB:
+    if total + REPO_MB > CARRY_LIMIT_MB:
         print(f"error: {a.dir} holds {total:.1f} MiB; with the repository it exceeds the {CARRY_LIMIT_MB:.0f} MiB "
               "the device tool carries: use fewer ALOHA episodes or drop optional wheels", file=sys.stderr)
         return 1
