@@ -39,11 +39,16 @@ def main() -> None:
     ok, why = cuda_usable()
     gpu = ok and not a.cpu_only
     deadline = time.perf_counter() + a.seconds
-    per_clip, total, fallback_frames, psnr_min, pts_equal, cut = [], 0, 0, float("inf"), True, False
+    acc = {"clips": 0, "frames": 0, "fallback_frames": 0, "pts_equal": True, "psnr_min": float("inf"),
+           "cut_short": False, "per_clip": []}
+    if not gpu:
+        results.merge(a.results, {}, reasons={k: f"needs NVDEC: {'--cpu-only run' if a.cpu_only else why}"
+                                              for k in ("nvdec.frames", "nvdec.cpu_fallback_frames",
+                                                        "nvdec.psnr_min_vs_cpu")})
     for ds in (REAL, SMALL):
         for name, data in clips(a.data / ds):
             if time.perf_counter() > deadline:
-                cut = True
+                acc["cut_short"] = True
                 break
             cpu, cpu_pts, _ = _torchcodec(data, "cpu")
             if gpu:
@@ -59,22 +64,24 @@ def main() -> None:
             same = got_pts == cpu_pts and got.shape == cpu.shape
             p = min((psnr(g, c) for g, c in zip(got, cpu, strict=True)), default=float("inf")) if same else 0.0
             row.update(pts_equal=got_pts == cpu_pts, psnr_min=finite(p))
-            per_clip.append(row)
-            pts_equal &= got_pts == cpu_pts
-            psnr_min = min(psnr_min, p)
-            total += len(cpu_pts)
-            fallback_frames += len(cpu_pts) if fell_back else 0
-    summary = {"clips": len(per_clip), "frames": total, "pts_equal": pts_equal, "psnr_min": finite(psnr_min),
-               "cut_short": cut, "per_clip": per_clip}
+            acc["per_clip"].append(row)
+            acc["clips"] += 1
+            acc["pts_equal"] &= got_pts == cpu_pts
+            acc["psnr_min"] = min(acc["psnr_min"], p)
+            acc["frames"] += len(cpu_pts)
+            acc["fallback_frames"] += len(cpu_pts) if fell_back else 0
+            _save(a, acc, gpu)  # after every clip: a crash or timeout keeps what was checked
+
+
+def _save(a, acc: dict, gpu: bool) -> None:
+    summary = {**acc, "psnr_min": finite(acc["psnr_min"])}
     if gpu:
-        results.merge(a.results, {"nvdec.frames": total - fallback_frames, "nvdec.cpu_fallback_frames": fallback_frames,
-                                  "nvdec.psnr_min_vs_cpu": finite(psnr_min), "nvdec.pts_equal": pts_equal,
+        results.merge(a.results, {"nvdec.frames": acc["frames"] - acc["fallback_frames"],
+                                  "nvdec.cpu_fallback_frames": acc["fallback_frames"],
+                                  "nvdec.psnr_min_vs_cpu": summary["psnr_min"], "nvdec.pts_equal": acc["pts_equal"],
                                   "nvdec.exactness": summary})
     else:
-        results.merge(a.results, {"exactness_cpu": summary},
-                      reasons={k: f"needs NVDEC: {'--cpu-only run' if a.cpu_only else why}"
-                               for k in ("nvdec.frames", "nvdec.cpu_fallback_frames", "nvdec.psnr_min_vs_cpu")})
-
+        results.merge(a.results, {"exactness_cpu": summary})
 
 if __name__ == "__main__":
     main()

@@ -52,8 +52,16 @@ MIN_PART_S = 15.0
 
 
 def _commit(prepared: dict) -> str | None:
-    r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return r.stdout.strip() if r.returncode == 0 else prepared.get("commit")
+    """This checkout's commit; where the tree travelled without .git (the device tool), the one --prepare saw,
+    marked as such (with "+dirty" if roboreel/ or scripts/ had uncommitted changes then)."""
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        r = None
+    if r is not None and r.returncode == 0:
+        return r.stdout.strip()
+    c = prepared.get("commit")
+    return f"{c}{'+dirty' if prepared.get('dirty') else ''} (from prepared.json)" if c else None
 
 
 def _run(cmd: list[str], *, timeout: float, log: Path, env: dict | None = None) -> tuple[str, int | None, str]:
