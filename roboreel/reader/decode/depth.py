@@ -3,9 +3,10 @@
 Why not torchcodec: it hands back RGB (uint8), and a depth clip's frames are 12-bit ``gray12le`` codes that must
 reach the dequantiser untouched. LeRobot itself decodes depth with PyAV whatever ``video_backend`` says
 (``lerobot/datasets/video_utils.py``, ``decode_video_frames``: "Decoding depth maps is only supported with the
-'pyav' backend"), with ``frame.to_ndarray(format="gray12le")``; this does the same. NVDEC has no 4:0:0 (gray)
-surface in FFmpeg's nvdec hwaccel, so on the GPU path depth is decoded here too and the map is moved to the
-device afterwards (the documented CPU fallback).
+'pyav' backend"), with ``frame.to_ndarray(format="gray12le")``; this does the same. On the GPU path depth is decoded
+here too and the map moved to the device afterwards (the documented CPU fallback): torchcodec's CUDA decoder
+converts to RGB as well, and NVDEC reports monochrome streams as unsupported (CUDA_ERROR_NOT_SUPPORTED for gray
+video, NVIDIA/DALI#4483; not measured here: no GPU in this session).
 
 ``DepthDecoder`` has the slice of torchcodec's ``VideoDecoder`` surface ``ClipDecoders`` uses
 (``get_frames_at``, ``metadata``), so depth clips share its lanes, runs and release logic. It decodes forward
