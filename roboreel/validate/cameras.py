@@ -36,21 +36,28 @@ def pix_fmt_traits(pix_fmt: str | None) -> tuple[int, int] | None:
     return len(comps), comps[0].bits if comps else 0
 
 
-def feature_channels(feature: dict[str, Any]) -> int:
-    """The channel count a camera feature declares (its ``names``' "channels" axis, else HWC's last; 3 if none)."""
-    shape, names = list(feature.get("shape") or []), list(feature.get("names") or [])
-    if len(shape) == 3:
-        return int(shape[names.index("channels")]) if "channels" in names else int(shape[2])
-    return 1 if is_depth(feature) else 3
-
-
-def feature_hw(feature: dict[str, Any]) -> tuple[int, int] | None:
+def _axes(feature: dict[str, Any]) -> tuple[int, int, int] | None:
+    """(height, width, channels) of a camera feature's 3-d shape: by its ``names`` when they say, else HWC, or
+    CHW when the first axis looks like channels (as compile reads it, compile/finalize.py)."""
     shape, names = list(feature.get("shape") or []), list(feature.get("names") or [])
     if len(shape) != 3:
         return None
-    if "height" in names and "width" in names:
-        return int(shape[names.index("height")]), int(shape[names.index("width")])
-    return int(shape[0]), int(shape[1])
+    if {"height", "width", "channels"} <= set(names):
+        return tuple(int(shape[names.index(n)]) for n in ("height", "width", "channels"))  # type: ignore[return-value]
+    if shape[0] in (1, 3) and shape[2] not in (1, 3):
+        return int(shape[1]), int(shape[2]), int(shape[0])
+    return int(shape[0]), int(shape[1]), int(shape[2])
+
+
+def feature_channels(feature: dict[str, Any]) -> int:
+    """The channel count a camera feature declares (3 when its shape does not say)."""
+    axes = _axes(feature)
+    return axes[2] if axes is not None else (1 if is_depth(feature) else 3)
+
+
+def feature_hw(feature: dict[str, Any]) -> tuple[int, int] | None:
+    axes = _axes(feature)
+    return None if axes is None else (axes[0], axes[1])
 
 
 def check_channels(probe: VideoProbe, feature: dict[str, Any], report: Report, **where: Any) -> None:
