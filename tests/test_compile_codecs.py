@@ -17,6 +17,7 @@ from roboreel.compile.clips import CLIPS_DIR
 from roboreel.formats.errors import RoboreelError
 from roboreel.reader import CompiledDataset
 from roboreel.synth import SynthConfig, synthesize
+from roboreel.validate import validate
 
 CAM = "observation.images.top"
 
@@ -56,6 +57,17 @@ def test_long_gop_h264_is_reencoded_short_gop_copied(tmp_path):
     assert "source GOP of N frames > remux_max_gop N" in " ".join(long.reencode_reasons)
     _frames_are_their_own(tmp_path / "copy")
     _frames_are_their_own(tmp_path / "long")
+
+
+def test_10bit_hevc_source_is_reencoded_to_8bit(tmp_path):
+    """A 10-bit HEVC source (short GOP) validates clean, is re-encoded (not 8-bit 4:2:0) and its clips are 8-bit."""
+    src = _source(tmp_path / "src", codec="libx265", pix_fmt="yuv420p10le", crf=18)
+    assert validate(str(src)).count("error") == 0
+    report = compile_dataset(str(src), str(tmp_path / "out"), settings=CompileSettings.for_tests(), workers=1)
+    assert (report.clips_remuxed, report.clips_encoded) == (0, 3)
+    assert all("yuv420p10le is not 8-bit 4:2:0" in d["why"] for d in _clip_docs(tmp_path / "out"))
+    assert validate(str(tmp_path / "out")).count("error") == 0
+    _frames_are_their_own(tmp_path / "out")
 
 
 def test_small_camera_keeps_every_frame_above_the_floor(tmp_path):

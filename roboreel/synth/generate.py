@@ -56,7 +56,7 @@ def _features(cfg: SynthConfig) -> dict:
                 "video.height": cfg.height,
                 "video.width": cfg.width,
                 "video.codec": {"libsvtav1": "av1", "libx265": "hevc", "libx264": "h264"}.get(cfg.codec, cfg.codec),
-                "video.pix_fmt": "yuv420p",
+                "video.pix_fmt": cfg.pix_fmt,
                 "video.is_depth_map": False,
                 "video.fps": cfg.fps,
                 "video.channels": 3,

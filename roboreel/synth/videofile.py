@@ -50,7 +50,7 @@ class VideoFileWriter:
             self.files += 1
             return
         stream = self.container.add_stream(self.cfg.codec, rate=self.cfg.fps)
-        stream.width, stream.height, stream.pix_fmt = self.cfg.width, self.cfg.height, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = self.cfg.width, self.cfg.height, self.cfg.pix_fmt
         opts = {"g": str(self.cfg.g), "crf": str(self.cfg.crf)}
         if self.cfg.codec == "libsvtav1" and self.cfg.preset is not None:
             opts["preset"] = str(self.cfg.preset)
