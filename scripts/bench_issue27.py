@@ -7,7 +7,13 @@
    in its venv with ``PYTHONPATH`` at this checkout), the source with ``LeRobotDataset`` in a shuffled order,
    alternated: samples/s, depth camera included.
 
+3. ``--gop``: the stream-copy GOP policy. H.264 sources written with keyframes every G frames (one per G in
+   ``--gops``) are compiled as stream copies (``remux_max_gop`` raised) and, for the longest G, re-encoded by the
+   default policy; each compile is read through ``roboreel.loader`` (uint8, shuffled), alternated ``--rounds``
+   times: samples/s.
+
     flock /tmp/bench.lock python scripts/bench_issue27.py --height 240 --width 320 --episodes 4 --length 80
+    flock /tmp/bench.lock python scripts/bench_issue27.py --gop --height 160 --width 160 --length 240
 """
 
 from __future__ import annotations
@@ -51,6 +57,41 @@ def _read_lerobot(src: Path, n: int) -> float | None:
     return min(n, len(order)) / (time.perf_counter() - t0)
 
 
+def _loader_rate(out: Path, batches: int) -> float:
+    import roboreel
+
+    ds = CompiledDataset(str(out), seed=1, return_uint8=True)
+    n, t0 = 0, time.perf_counter()
+    for i, b in enumerate(roboreel.loader(ds, batch_size=16, decode_threads=2)):
+        n += len(b["index"])
+        if i + 1 >= batches:
+            break
+    return n / (time.perf_counter() - t0)
+
+
+def gop_policy(args: argparse.Namespace, work: Path) -> None:
+    outs: dict[str, Path] = {}
+    gops = [int(g) for g in args.gops.split(",")]
+    for g in gops:
+        src = work / f"src-g{g}"
+        synthesize(src, SynthConfig(episodes=args.episodes, min_length=args.length, max_length=args.length, fps=30,
+                                    cameras=(RGB,), height=args.height, width=args.width, codec="libx264", g=g,
+                                    crf=18))
+        out = outs[f"copy, GOP {g}"] = work / f"copy-g{g}"
+        rep = compile_dataset(str(src), str(out), workers=1,
+                              settings=CompileSettings(remux_max_gop=1 << 20, episodes_per_shard=2))
+        assert rep.clips_remuxed == args.episodes, rep.summary()
+        if g == max(gops):
+            out = outs[f"default policy (re-encoded, GOP 10), source GOP {g}"] = work / f"enc-g{g}"
+            rep = compile_dataset(str(src), str(out), workers=1, settings=CompileSettings(episodes_per_shard=2))
+            assert rep.clips_encoded == args.episodes, rep.summary()
+    print(f"sources: H.264 (x264 crf 18), {args.episodes} x {args.length} frames, {args.height}x{args.width}, "
+          "1 camera, synthetic scene")
+    for r in range(args.rounds):
+        for name, out in outs.items():
+            print(f"round {r}: {name}: roboreel.loader {_loader_rate(out, args.batches):.0f} samples/s")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--height", type=int, default=240)
@@ -59,9 +100,15 @@ def main() -> None:
     p.add_argument("--length", type=int, default=80)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--samples", type=int, default=200, help="samples read per reader and round")
+    p.add_argument("--gop", action="store_true", help="measure the stream-copy GOP policy instead (see above)")
+    p.add_argument("--gops", default="2,32,240", help="source GOPs for --gop")
+    p.add_argument("--batches", type=int, default=40, help="loader batches (of 16) per compile and round, --gop")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench27-"))
     try:
+        if args.gop:
+            gop_policy(args, work)
+            return
         src = work / "src"
         synthesize(src, SynthConfig(episodes=args.episodes, min_length=args.length, max_length=args.length, fps=30,
                                     cameras=(RGB,), depth_cameras=(DEPTH,), height=args.height, width=args.width))
