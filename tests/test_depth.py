@@ -199,3 +199,22 @@ def test_depth_record_says_lossless(pair):
         meta = next(json.load(io.BytesIO(tf.extractfile(m).read())) for m in tf if m.name.endswith(".json"))
     assert meta["cameras"][DEPTH]["pix_fmt"] == "gray12le" and meta["cameras"][DEPTH]["lossless"] is True
     assert meta["cameras"][RGB]["pix_fmt"] == "yuv420p" and meta["cameras"][RGB]["lossless"] is False
+
+
+def test_depth_with_workers_and_transforms(pair):
+    """DataLoader workers decode depth like the main process; image_transforms touch RGB only (LeRobot skips
+    depth maps); the loader agrees."""
+    _, out = pair
+
+    def make():
+        ds = CompiledDataset(str(out), seed=5, image_transforms=lambda x: x * 0.5, episode_pool_size=2)
+        ds.set_epoch(2)
+        return ds
+
+    a = list(DataLoader(make(), batch_size=4, num_workers=2))
+    b = list(roboreel.loader(make(), batch_size=4, num_workers=2, decode_threads=2))
+    assert sum(len(x["index"]) for x in a) == make().num_frames
+    for x, y in zip(a, b, strict=True):
+        for i, idx in enumerate(x["index"].tolist()):
+            assert torch.equal(x[DEPTH][i], expected(idx)) and torch.equal(y[DEPTH][i], expected(idx))
+        assert float(x[RGB].max()) <= 0.5 and torch.equal(x[RGB], y[RGB])
