@@ -50,6 +50,9 @@ class DepthDecoder:
                  device: str = "cpu") -> None:
         self._container = av.open(io.BytesIO(data), "r")
         self._stream = self._container.streams.video[0]
+        # one thread: no FFmpeg worker threads a forked DataLoader worker could inherit mid-wait (forksafe.py);
+        # the decode stage already runs clips in parallel
+        self._stream.codec_context.thread_count = 1
         self._tb = float(self._stream.time_base)
         self.fps = float(self._stream.average_rate or self._stream.base_rate)
         self.metadata = DepthMetadata(width=self._stream.codec_context.width, height=self._stream.codec_context.height)
