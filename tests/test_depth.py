@@ -28,6 +28,7 @@ from roboreel.compile import CompileSettings, compile_dataset
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader import CompiledDataset
+from roboreel.reader.decode.depth import code_table
 from roboreel.synth import SynthConfig, synthesize
 from roboreel.synth.depth import quantize, render_depth
 from roboreel.validate import validate
@@ -59,7 +60,7 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
 def expected(index: int, unit: str = "mm") -> torch.Tensor:
     """LeRobot's depth for global frame ``index``: [1, H, W] float32 millimetres."""
     q = torch.from_numpy(quantize(render_depth(index, H, W, unit)).astype(np.int64))
-    return DepthQuant().table()[q].unsqueeze(0)
+    return code_table(DepthQuant())[q].unsqueeze(0)
 
 
 def test_code_table_is_lerobots_dequantisation():
@@ -69,8 +70,8 @@ def test_code_table_is_lerobots_dequantisation():
     log_min, log_max = math.log(q.depth_min + q.shift), math.log(q.depth_max + q.shift)
     codes_ = np.arange(4096, dtype=np.float64)
     metres = np.clip(np.exp(codes_ * (log_max - log_min) / 4095 + log_min) - q.shift, q.depth_min, q.depth_max)
-    assert np.abs(q.table().numpy() - np.rint(metres * 1000)).max() <= 1
-    assert q.table().dtype == torch.float32 and float(q.table()[0]) == 10.0 and float(q.table()[-1]) == 10000.0
+    assert np.abs(code_table(q).numpy() - np.rint(metres * 1000)).max() <= 1
+    assert code_table(q).dtype == torch.float32 and float(code_table(q)[0]) == 10.0 and float(code_table(q)[-1]) == 10000.0
 
 
 def test_synthetic_depth_is_written_as_lerobot_writes_it(pair):

@@ -11,23 +11,19 @@ stats are kept in the recorded ``info["depth_unit"]`` and rescaled to the output
 (``LeRobotDatasetMetadata.rescale_depth_stats``).
 
 There are only 4096 codes, so the reader dequantises through a table of them, computed with exactly LeRobot's
-torch operations in LeRobot's order (``DepthQuant.table``).
+torch operations in LeRobot's order (``reader/decode/depth.py``, ``code_table``: torch stays out of formats/).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 DEPTH_PIX_FMT = "gray12le"  # what LeRobot decodes every depth frame to, and what a compiled depth clip holds
 DEPTH_QMAX = 4095  # 12-bit codes
 DEPTH_CHANNELS = 1
 OUTPUT_UNIT = "mm"  # LeRobotDataset's default depth_output_unit
 MM_PER_METRE = 1000.0
-_UINT16_MAX = 65535.0
 # LeRobot 0.6.1's defaults (lerobot/configs/video.py) when a feature's info leaves a parameter out
 DEFAULT_DEPTH_MIN, DEFAULT_DEPTH_MAX, DEFAULT_DEPTH_SHIFT, DEFAULT_DEPTH_USE_LOG = 0.01, 10.0, 3.5, True
 
@@ -62,21 +58,6 @@ class DepthQuant:
         kw = {name: info[f"video.{name}"] for name in ("depth_min", "depth_max", "shift", "use_log")
               if info.get(f"video.{name}") is not None}
         return cls(**kw)
-
-    def table(self) -> torch.Tensor:
-        """float32 [4096]: the output (mm) of every 12-bit code, by LeRobot's torch operations in its order."""
-        if self.use_log:
-            log_min = math.log(self.depth_min + self.shift)
-            log_max = math.log(self.depth_max + self.shift)
-            scale, offset = (log_max - log_min) / DEPTH_QMAX, log_min
-        else:
-            scale, offset = (self.depth_max - self.depth_min) / DEPTH_QMAX, self.depth_min
-        buf = torch.arange(DEPTH_QMAX + 1, dtype=torch.int32).to(dtype=torch.float32, copy=True)
-        buf.mul_(scale).add_(offset)
-        if self.use_log:
-            buf.exp_().sub_(float(self.shift))
-        buf.clamp_(float(self.depth_min), float(self.depth_max))
-        return buf.mul_(MM_PER_METRE).round_().clamp_(0.0, _UINT16_MAX)
 
 
 def stats_factor(feature: dict[str, Any]) -> float:

@@ -27,7 +27,7 @@ from torchcodec.decoders import VideoDecoder  # loaded once in the parent, so fo
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.reader.decode.decoder_cache import IdleDecoders
-from roboreel.reader.decode.depth import DepthDecoder
+from roboreel.reader.decode.depth import DepthDecoder, code_table
 from roboreel.reader.decode.heap import in_side_arena
 from roboreel.reader.decode.requests import (
     MAX_LANES,
@@ -108,7 +108,7 @@ class ClipDecoders:
             quant = self.depth[clip.camera]
             table = self._tables.get(clip.camera)
             if table is None:
-                table = self._tables[clip.camera] = quant.table()
+                table = self._tables[clip.camera] = code_table(quant)
             dec = DepthDecoder(clip.data, quant, table=table, device=self.device)
             self.stats.decoder_opens += 1
         else:

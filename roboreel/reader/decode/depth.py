@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +25,29 @@ import av
 import numpy as np
 import torch
 
-from roboreel.formats.depth import DEPTH_PIX_FMT, DepthQuant
+from roboreel.formats.depth import DEPTH_PIX_FMT, DEPTH_QMAX, MM_PER_METRE, DepthQuant
 
 _CONTINUE_MAX_FRAMES = 32  # decode forward instead of seeking when the next frame is at most this far ahead
+
+
+_UINT16_MAX = 65535.0
+
+
+def code_table(q: DepthQuant) -> torch.Tensor:
+    """float32 [4096]: the output (mm) of every 12-bit code, by LeRobot's torch operations in its order
+    (``dequantize_depth``, torch path: ``mul_(scale).add_(offset)``, ``exp_().sub_(shift)``, clamp, ``* 1000``,
+    round, clamp to uint16's range)."""
+    if q.use_log:
+        log_min, log_max = math.log(q.depth_min + q.shift), math.log(q.depth_max + q.shift)
+        scale, offset = (log_max - log_min) / DEPTH_QMAX, log_min
+    else:
+        scale, offset = (q.depth_max - q.depth_min) / DEPTH_QMAX, q.depth_min
+    buf = torch.arange(DEPTH_QMAX + 1, dtype=torch.int32).to(dtype=torch.float32, copy=True)
+    buf.mul_(scale).add_(offset)
+    if q.use_log:
+        buf.exp_().sub_(float(q.shift))
+    buf.clamp_(float(q.depth_min), float(q.depth_max))
+    return buf.mul_(MM_PER_METRE).round_().clamp_(0.0, _UINT16_MAX)
 
 
 @dataclass
@@ -57,7 +78,7 @@ class DepthDecoder:
         self.fps = float(self._stream.average_rate or self._stream.base_rate)
         self.metadata = DepthMetadata(width=self._stream.codec_context.width, height=self._stream.codec_context.height)
         self.frame_bytes = 4 * self.metadata.width * self.metadata.height  # float32, one channel
-        self._table = quant.table() if table is None else table
+        self._table = code_table(quant) if table is None else table
         self._device = device
         self._frames: Any = None  # the decode generator since the last seek
         self._last = -1  # frame number the generator handed out last
