@@ -110,6 +110,22 @@ def test_lerobot_depth_reads_back_exactly(tmp_path, unit):
         assert r.count("error") == 0, [f.to_dict() for f in r.findings]
 
 
+def test_lerobot_depth_windows(tmp_path):
+    """A window on the depth camera ([T, 1, H, W], padded at episode edges) equals LeRobot's."""
+    src = _write(tmp_path / "src", depth_unit="mm", episodes=2)
+    _compile(src, tmp_path / "out")
+    delta = {DEPTH: [-0.2, -0.1, 0.0], "action": [0.0, 0.1]}
+    theirs = LeRobotDataset("local/issue27", root=src, delta_timestamps=delta)
+    mine = CompiledDataset(str(tmp_path / "out"), shuffle=False, delta_timestamps=delta)
+    n = 0
+    for got in mine:
+        want = theirs[int(got["index"])]
+        assert got[DEPTH].shape == want[DEPTH].shape == (3, 1, H, W)
+        assert torch.equal(got[DEPTH], want[DEPTH]) and torch.equal(got[f"{DEPTH}_is_pad"], want[f"{DEPTH}_is_pad"])
+        n += 1
+    assert n == theirs.num_frames
+
+
 def test_lerobot_depth_reencoded_losslessly(tmp_path):
     src = _write(tmp_path / "src", depth_unit="mm", episodes=2)
     _compile(src, tmp_path / "out", reencode=True)
