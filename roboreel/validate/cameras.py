@@ -7,7 +7,8 @@ camera compiled through the 8-bit RGB path validated CLEAN while every value was
   record says ``lossless`` (compile proved every frame's codes equal to the source's); anything else is
   ``depth-lossy``;
 - a clip's frame size is the feature's shape.
-A source mp4 is held to the channel rule (a LeRobot depth camera is gray, an RGB one is not).
+A source mp4 is held to the channel rule as a warning (a LeRobot depth camera is gray, an RGB one is not; LeRobot
+converts either on read, and compile carries what LeRobot reads).
 """
 
 from __future__ import annotations
@@ -60,14 +61,16 @@ def feature_hw(feature: dict[str, Any]) -> tuple[int, int] | None:
     return None if axes is None else (axes[0], axes[1])
 
 
-def check_channels(probe: VideoProbe, feature: dict[str, Any], report: Report, **where: Any) -> None:
-    """The stream's channel count is the feature's (source mp4s and compiled clips alike)."""
+def check_channels(probe: VideoProbe, feature: dict[str, Any], report: Report, *, source: bool = False,
+                   **where: Any) -> None:
+    """The stream's channel count is the feature's: an error for a compiled clip; a warning for a source mp4,
+    which LeRobot converts on read (``rgb24`` / ``gray12le``) and compile carries exactly as LeRobot reads it."""
     traits = pix_fmt_traits(probe.pix_fmt)
     want = 1 if is_depth(feature) else feature_channels(feature)
     if traits is not None and traits[0] != want:
         kind = "a depth map" if is_depth(feature) else "RGB"
-        report.error("clip-channels", f"{probe.pix_fmt} has {traits[0]} channel(s), the feature ({kind}) has {want}",
-                     **where)
+        add = report.warning if source else report.error
+        add("clip-channels", f"{probe.pix_fmt} has {traits[0]} channel(s), the feature ({kind}) has {want}", **where)
 
 
 def check_clip(probe: VideoProbe, feature: dict[str, Any], record: dict[str, Any] | None, name: str,
