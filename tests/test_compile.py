@@ -85,7 +85,7 @@ def test_every_clip_frame_is_its_episode_frame(small_source, small_compiled):
             ]
             spec = rec.meta["cameras"][cam]
             assert spec == {"codec": "hevc", "frames": e.length, "height": 64, "width": 64, "gop": TEST.gop,
-                            "bframes": 0}
+                            "bframes": 0, "pix_fmt": "yuv420p", "lossless": False}
         assert rec.meta["length"] == e.length and rec.meta["tasks"] == list(e.tasks)
         assert (rec.meta["dataset_from_index"], rec.meta["dataset_to_index"]) == (e.from_index, e.to_index)
         assert rec.meta["fps"] == src.fps and rec.meta["episode_index"] == e.index

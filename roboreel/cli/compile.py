@@ -50,6 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep HEVC's in-loop filters (deblocking, SAO): ~+0.6 dB PSNR, ~25%% more CPU decode per "
                         "frame (default off: docs/format.md, Encoding)")
     p.add_argument("--psnr-frames", type=int, default=d.psnr_frames, help="frames per clip sampled for PSNR")
+    p.add_argument("--min-psnr", type=float, default=d.min_psnr,
+                   help=f"fidelity floor (dB) of every re-encoded RGB frame: lower CRFs are tried, then compile fails "
+                        f"(default {d.min_psnr:g}; 0 turns it off)")
+    p.add_argument("--remux-max-gop", type=int, default=d.remux_max_gop,
+                   help=f"stream-copy a source only if no keyframe interval is longer (frames; default "
+                        f"{d.remux_max_gop})")
     p.add_argument("--retries", type=int, default=DEFAULT_RETRIES,
                    help="retries of a remote source read after a transient fault (timeout, connection reset, HTTP "
                         "5xx/429/408, truncated body); then the compile stops naming the file, keeps what it "
@@ -80,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         codec=args.codec, crf=args.crf, preset=args.preset, gop=args.gop, bframes=args.bframes,
         reencode=args.reencode, resize=args.resize, shard_size_mb=args.shard_size_mb,
         episodes_per_shard=args.episodes_per_shard, psnr_frames=args.psnr_frames, loop_filters=args.loop_filters,
+        min_psnr=args.min_psnr, remux_max_gop=args.remux_max_gop,
     )
     report = compile_dataset(
         src, out, settings=settings, workers=args.workers,

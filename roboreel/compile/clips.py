@@ -23,11 +23,14 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
+from roboreel.compile.copypolicy import REMUX_CODECS
 from roboreel.compile.decode import SourceVideo
+from roboreel.compile.depth import transcode_depth
 from roboreel.compile.pack import atomic_write
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.transcode import REMUX_CODECS, transcode_span
+from roboreel.compile.transcode import transcode_span
 from roboreel.formats.atomic import TMP_SUFFIX
+from roboreel.formats.depth import is_depth
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.shard import sha256_hex
 from roboreel.formats.transient import DEFAULT_BACKOFF_S
@@ -167,9 +170,11 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
     span = ep.videos[job.camera]
     video = _video(source, span.path, episode=ep.index, threads=job.decode_threads, settings=job.settings)
     ticks = _Ticker(on_frames)
+    feature = source.info.features.get(job.camera) or {}
+    transcode = transcode_depth if is_depth(feature) else transcode_span  # depth never takes the RGB path
     try:
-        clip = transcode_span(video, from_s=span.from_timestamp, length=ep.length, settings=job.settings,
-                              episode=ep.index, where=span.path, progress=ticks.add)
+        clip = transcode(video, from_s=span.from_timestamp, length=ep.length, settings=job.settings,
+                         episode=ep.index, where=span.path, progress=ticks.add)
     except BaseException:
         _drop_video(source, span.path)  # its position is no longer trusted
         raise
@@ -177,8 +182,10 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
     doc = {
         "episode": ep.index, "camera": job.camera, "size": len(clip.data), "sha256": sha256_hex(clip.data),
         "source_file": job.source_file,
-        "info": {**clip.spec(), "mode": clip.mode,
-                 "psnr": [None if p == float("inf") else round(p, 4) for p in clip.psnr]},
+        "info": {**clip.spec(), "mode": clip.mode, "why": clip.why, "crf": clip.crf,
+                 "psnr": [None if p == float("inf") else round(p, 4) for p in clip.psnr],
+                 "psnr_min": None if clip.psnr_min == float("inf") else round(clip.psnr_min, 4),
+                 "psnr_checked": clip.psnr_checked},
     }
     mp4, meta = clip_paths(job.shard, job.episode, job.camera)
     atomic_write(os.path.join(job.out, mp4), clip.data)

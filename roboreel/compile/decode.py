@@ -195,8 +195,9 @@ class SourceVideo:
             yield frame
         if packets is not None:
             self._take_packets(packets, from_s, length)
-        else:
-            self._buf.clear()  # nobody wants them: keep memory bounded
+        else:  # nobody wants this span's packets (keep memory bounded); those demuxed past it belong to the next
+            end = from_s + (length - 0.5) / self.fps
+            self._buf = [(pos, p) for pos, p in self._buf if p.pts is not None and float(p.pts * self.time_base) > end]
 
     def _take_packets(self, out: SpanPackets, from_s: float, length: int) -> None:
         """Move the span's packets out of the buffer and check they form one closed run starting on a keyframe."""

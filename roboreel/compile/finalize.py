@@ -27,6 +27,7 @@ from roboreel.compile.plan import camera_hw
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import entry_from_dict, shard_done
 from roboreel.formats import lerobot_v3 as v3
+from roboreel.formats.depth import DEPTH_CHANNELS, is_depth
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.index import INDEX_DIR, FileIndex
 from roboreel.formats.index_write import IndexWriter
@@ -54,7 +55,8 @@ class _Cameras:
 
     def __init__(self, cams: list[str]) -> None:
         self.cams = cams
-        self.seen: dict[str, dict[str, set]] = {c: {"size": set(), "codec": set(), "gop": set(), "bframes": set()}
+        self.seen: dict[str, dict[str, set]] = {c: {"size": set(), "codec": set(), "gop": set(), "bframes": set(),
+                                                    "pix_fmt": set()}
                                                 for c in cams}
 
     def add(self, side: dict[str, Any]) -> None:
@@ -65,6 +67,7 @@ class _Cameras:
                 seen["codec"].add(i["codec"])
                 seen["gop"].add(i["gop"])
                 seen["bframes"].add(i["bframes"])
+                seen["pix_fmt"].add(i.get("pix_fmt", "yuv420p"))  # clips made before it was recorded: yuv420p
 
     def specs(self) -> list[CameraSpec]:
         specs = []
@@ -72,9 +75,11 @@ class _Cameras:
             seen = self.seen[cam]
             if len(seen["size"]) != 1:
                 raise CompiledFormatError(f"camera {cam!r} clips have several sizes {sorted(seen['size'])}")
+            if len(seen["pix_fmt"]) != 1:
+                raise CompiledFormatError(f"camera {cam!r} clips have several pixel formats {sorted(seen['pix_fmt'])}")
             (h, w), gops, bfs = next(iter(seen["size"])), seen["gop"], seen["bframes"]
             specs.append(CameraSpec(
-                key=cam, codec=",".join(sorted(seen["codec"])), height=h, width=w,
+                key=cam, codec=",".join(sorted(seen["codec"])), height=h, width=w, pix_fmt=next(iter(seen["pix_fmt"])),
                 gop=next(iter(gops)) if len(gops) == 1 else None, bframes=next(iter(bfs)) if len(bfs) == 1 else None,
             ))
         return specs
@@ -133,9 +138,15 @@ def compiled_features(features: dict[str, Any], specs: list[CameraSpec], setting
         f["shape"] = shape
         info = dict(f.get("info") or {})
         info.update({"video.height": spec.height, "video.width": spec.width, "video.codec": spec.codec,
-                     "video.pix_fmt": "yuv420p"})
+                     "video.pix_fmt": spec.pix_fmt})
+        if "video.channels" in info or is_depth(f):
+            info["video.channels"] = DEPTH_CHANNELS if is_depth(f) else 3
         if spec.gop is not None:  # re-encoded (stream-copied clips keep the source's encoder settings)
-            info.update({"video.g": spec.gop, "video.crf": settings.crf, "video.bframes": spec.bframes})
+            info.update({"video.g": spec.gop, "video.bframes": spec.bframes})
+            if is_depth(f):  # lossless: no CRF; LeRobot's own depth writer records these options
+                info.update({"video.crf": None, "video.extra_options": {"x265-params": "lossless=1"}})
+            else:
+                info["video.crf"] = settings.crf
         f["info"] = info
     return feats
 

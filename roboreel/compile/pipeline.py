@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -77,6 +78,8 @@ class CompileReport:
     psnr_per_camera: dict[str, float] = field(default_factory=dict)
     input_bytes: int = 0  # the source bytes (video + rows) of this part's episodes
     clips_reused: int = 0  # clips an earlier, interrupted run had finished (not made again)
+    reencode_reasons: dict[str, int] = field(default_factory=dict)  # why clips were re-encoded -> how many
+    clips_lossless: int = 0  # clips proven identical to the source decode (stream copies, lossless depth)
 
     @property
     def size_ratio(self) -> float | None:
@@ -95,6 +98,8 @@ class CompileReport:
             f"({self.shards_compiled} compiled, {self.shards_skipped} already done), {size}; "
             f"clips: {self.clips_encoded} encoded, {self.clips_remuxed} stream-copied"
             + (f" ({self.clips_reused} kept from an interrupted run)" if self.clips_reused else "")
+            + (f", {self.clips_lossless} lossless" if self.clips_lossless else "")
+            + "".join(f"; {n} re-encoded: {why}" for why, n in sorted(self.reencode_reasons.items()) if why)
             + f"; {psnr}; "
             f"{self.seconds:.1f}s, {self.frames_per_s:.0f} frames/s x {self.cameras} cameras; "
             + ("manifest written" if self.finalized else "not finalized (other parts missing)")
@@ -253,18 +258,26 @@ def _report(out: str, plan: list[list[int]], mine: list[int], compiled: int, par
     sides = [shard_done(out, i) for i in mine]
     values: list[float] = []
     per_cam: dict[str, list[float]] = {}
-    encoded = remuxed = 0
+    floor_min: list[float] = []  # each re-encoded clip's lowest PSNR over every frame checked (transcode.py)
+    encoded = remuxed = lossless = 0
+    reasons: dict[str, int] = {}
     for side in sides:
         if side is None:
             continue
         for clips in side["clips"].values():
             for cam, c in clips.items():
+                lossless += bool(c.get("lossless"))
+                if c["mode"] == "encode" and c.get("why"):
+                    reason = re.sub(r"\b\d+\b", "N", c["why"])  # one line per kind of reason, not per GOP length
+                    reasons[reason] = reasons.get(reason, 0) + 1
                 if c["mode"] == "remux":
                     remuxed += 1
                     continue
                 encoded += 1
                 finite = [p for p in c["psnr"] if p is not None]
                 values += finite
+                if c.get("psnr_min") is not None:
+                    floor_min.append(c["psnr_min"])
                 per_cam.setdefault(cam, []).extend(finite)
     frames = sum(lengths[e] for i in mine for e in plan[i])
     return CompileReport(
@@ -272,7 +285,9 @@ def _report(out: str, plan: list[list[int]], mine: list[int], compiled: int, par
         shards_total=len(plan), shards_compiled=compiled, shards_skipped=len(mine) - compiled,
         clips_encoded=encoded, clips_remuxed=remuxed,
         bytes=sum(s["tar"]["size"] for s in sides if s is not None),
-        psnr_mean=sum(values) / len(values) if values else None, psnr_min=min(values) if values else None,
+        psnr_mean=sum(values) / len(values) if values else None,
+        psnr_min=min(values + floor_min) if values or floor_min else None,
+        reencode_reasons=reasons, clips_lossless=lossless,
         seconds=seconds, frames_per_s=work_frames / seconds if seconds > 0 else math.inf,
         finalized=finalized, part=part,
         psnr_per_camera={cam: sum(v) / len(v) for cam, v in per_cam.items() if v},

@@ -55,6 +55,13 @@ class CompileSettings:
     episodes_per_shard: int | None = None  # when set, overrides size-based planning
     psnr_frames: int = 4  # frames per re-encoded clip compared with the source decode for the PSNR report
     loop_filters: bool = False  # x265 deblocking + SAO: ~+0.6 dB PSNR for ~25% more CPU decode (module doc)
+    # A source span is stream-copied only when no keyframe interval in it is longer than this (frames): a long
+    # GOP makes every random access decode up to that many frames (issue 27: a 240-frame GOP H.264 read 1.8-2x
+    # slower than re-encoded). LeRobot writes g=2; phones and recorders write 30-250.
+    remux_max_gop: int = 32
+    # Fidelity floor of re-encoded RGB (dB, per compared frame against the source decode): below it the clip is
+    # re-encoded at a lower CRF (down to ``crf - 12`` in steps of 4), and compile fails if that is not enough.
+    min_psnr: float = 40.0
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
@@ -80,6 +87,10 @@ class CompileSettings:
             raise ValueError(f"episodes_per_shard must be None or a positive integer, got {self.episodes_per_shard!r}")
         if not isinstance(self.loop_filters, bool):
             raise ValueError(f"loop_filters must be True or False, got {self.loop_filters!r}")
+        if not isinstance(self.remux_max_gop, int) or self.remux_max_gop < 1:
+            raise ValueError(f"remux_max_gop must be a positive integer, got {self.remux_max_gop!r}")
+        if not isinstance(self.min_psnr, int | float) or self.min_psnr < 0:
+            raise ValueError(f"min_psnr must be a non-negative number (dB), got {self.min_psnr!r}")
         if not isinstance(self.psnr_frames, int) or self.psnr_frames < 0:
             raise ValueError(f"psnr_frames must be a non-negative integer, got {self.psnr_frames!r}")
 
@@ -124,6 +135,8 @@ class CompileSettings:
             raise ValueError(f"unknown compile settings {unknown}; known: {sorted(known)}")
         kw = dict(d)
         kw.setdefault("loop_filters", True)  # written before the setting existed, when x265's filters were on
+        kw.setdefault("min_psnr", 0.0)  # written before the floor existed: nothing was enforced
+        kw.setdefault("remux_max_gop", 1 << 30)  # ... and before the GOP policy: any closed span was copied
         if kw.get("resize") is not None:
             kw["resize"] = tuple(kw["resize"])
         return cls(**kw)

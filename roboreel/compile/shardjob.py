@@ -165,7 +165,7 @@ def _episode_record(
 
 
 def _spec(info: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in info.items() if k not in ("mode", "psnr")}
+    return {k: v for k, v in info.items() if k not in ("mode", "psnr", "why", "crf", "psnr_min", "psnr_checked")}
 
 
 def entry_from_dict(d: dict[str, Any]) -> EpisodeEntry:

@@ -3,12 +3,16 @@
 Two paths:
 - encode: decoded source frames go straight to libx265 (yuv420p, no RGB round trip; reformatted only to resize
   or convert pixel formats), closed GOPs of ``gop`` frames, ``hvc1`` tag, frame k gets pts k in 1/fps.
-- remux: an HEVC/H.264 yuv420p source span that starts on a keyframe and is closed in decode order is
-  stream-copied with timestamps rebased to 0, then proven pixel-identical to the source decode (else re-encoded).
+- remux: an HEVC/H.264 yuv420p source span that starts on a keyframe, is closed in decode order and has no
+  keyframe interval over ``remux_max_gop`` (copypolicy.py) is stream-copied with timestamps rebased to 0, then
+  proven pixel-identical to the source decode (else re-encoded).
 
 Every clip is decoded once after writing: it must hold exactly ``length`` frames at pts k/fps, in order.
-PSNR is measured on a few evenly spaced frames against the encoder's input (the source decode, resized when
-resizing), over all three yuv420p planes, as ffmpeg's psnr filter reports "average".
+PSNR is measured against the encoder's input (the source decode, resized when resizing), over all three yuv420p
+planes, as ffmpeg's psnr filter reports "average": on every frame while their references fit in 64 MiB (e.g.
+up to ~1,100 frames at 120x160, ~145 at 480x640), else on evenly spaced frames. A frame under ``min_psnr``
+(40 dB) re-encodes the clip at a lower CRF, and compile fails if CRF - 12 is still under (``encode_with_floor``).
+Depth cameras never come here (depth.py).
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from typing import Literal
 import av
 import numpy as np
 
+from roboreel.compile.copypolicy import codec_refusal, gop_refusal
 from roboreel.compile.decode import SourceVideo, SpanPackets
 from roboreel.compile.overlap import read_ahead
 from roboreel.compile.settings import CompileSettings
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 
-REMUX_CODECS = ("hevc", "h264")
+_PSNR_REF_BYTES = 64 << 20  # decoded reference frames one encode keeps for the PSNR floor (see _psnr_stride)
 _MUX_OPTIONS = {"fflags": "+bitexact"}  # no muxer version string: same bytes from any FFmpeg build that encodes alike
 _CODEC_TAGS = {"hevc": "hvc1", "h264": "avc1"}
 
@@ -47,12 +52,18 @@ class Clip:
     bframes: int | None
     mode: Literal["encode", "remux"]
     psnr: list[float] = field(default_factory=list)  # sampled frames; inf where identical
+    pix_fmt: str = "yuv420p"
+    lossless: bool = False  # every frame proven identical to the source decode (stream copy, lossless encode)
+    why: str = ""  # why this mode: what made a stream copy impossible, or what a re-encode at a lower CRF fixed
+    crf: int | None = None  # the CRF a re-encode used (the settings' own, or lower to reach the PSNR floor)
+    psnr_min: float = math.inf  # lowest PSNR of every frame checked against the floor
+    psnr_checked: int = 0  # how many frames that was
 
     def spec(self) -> dict:
         """The per-camera entry of the episode record json."""
         return {
             "codec": self.codec, "frames": self.frames, "height": self.height, "width": self.width,
-            "gop": self.gop, "bframes": self.bframes,
+            "gop": self.gop, "bframes": self.bframes, "pix_fmt": self.pix_fmt, "lossless": self.lossless,
         }
 
 
@@ -106,15 +117,30 @@ def decode_clip(
     return kept, sums
 
 
+def _psnr_stride(length: int, frame_bytes: int, settings: CompileSettings) -> int:
+    """Every ``stride``-th frame is kept as a PSNR reference: every frame while the references fit in
+    ``_PSNR_REF_BYTES``, else evenly spaced ones that do (never fewer than ``psnr_frames``)."""
+    if settings.min_psnr <= 0:
+        return 0
+    stride = max(1, math.ceil(length * frame_bytes / _PSNR_REF_BYTES))
+    if settings.psnr_frames:
+        stride = min(stride, max(1, length // settings.psnr_frames))
+    return stride
+
+
 def encode_clip(
     frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str, episode: int,
     progress: Callable[[int], None] | None = None,
 ) -> Clip:
-    """Encode exactly ``length`` frames to an HEVC mp4 clip (see module doc); ``progress(1)`` after each frame."""
+    """Encode exactly ``length`` frames to an HEVC mp4 clip (see module doc); ``progress(1)`` after each frame.
+
+    ``Clip.psnr`` holds the ``psnr_frames`` evenly spaced frames the compile report averages; ``Clip.psnr_min``
+    the lowest PSNR of every frame checked against the floor (``_psnr_stride``)."""
     buf = io.BytesIO()
     tb = Fraction(1, fps)
     want = set(sample_indices(length, settings.psnr_frames))
     refs: dict[int, np.ndarray] = {}
+    stride = -1
     out = av.open(buf, "w", format="mp4", container_options=_MUX_OPTIONS)
     stream = None
     n = 0
@@ -134,10 +160,11 @@ def encode_clip(
                     "crf": str(settings.crf), "preset": settings.preset,
                     "x265-params": params,
                 }
+                stride = _psnr_stride(length, width * height * 3 // 2, settings)
             if frame.format.name != "yuv420p" or (frame.height, frame.width) != (stream.height, stream.width):
                 frame = frame.reformat(width=stream.width, height=stream.height, format="yuv420p",
                                        interpolation="AREA")
-            if n in want:
+            if n in want or (stride > 0 and n % stride == 0):
                 refs[n] = frame.to_ndarray()
             frame.pts, frame.time_base = n, tb
             frame.pict_type = av.video.frame.PictureType.NONE  # a source keyframe must not force one here
@@ -155,10 +182,12 @@ def encode_clip(
     finally:
         out.close()
     data = buf.getvalue()
-    decoded, _ = decode_clip(data, length=length, fps=fps, keep=want, where=where, episode=episode)
+    decoded, _ = decode_clip(data, length=length, fps=fps, keep=refs, where=where, episode=episode)
+    scores = {k: psnr(refs[k], decoded[k]) for k in refs}
     return Clip(
         data=data, codec="hevc", height=stream.height, width=stream.width, frames=length, gop=settings.gop,
-        bframes=settings.bframes, mode="encode", psnr=[psnr(refs[k], decoded[k]) for k in sorted(want)],
+        bframes=settings.bframes, mode="encode", psnr=[scores[k] for k in sorted(want)], crf=settings.crf,
+        psnr_min=min(scores.values(), default=math.inf), psnr_checked=len(scores),
     )
 
 
@@ -179,10 +208,37 @@ def remux_clip(video: SourceVideo, packets: SpanPackets) -> bytes:
 
 
 def can_remux(video: SourceVideo, settings: CompileSettings) -> bool:
-    """Stream copy is allowed for 8-bit 4:2:0 HEVC/H.264 sources unless re-encoding or resizing is asked."""
-    return (
-        not settings.reencode and settings.resize is None and video.codec in REMUX_CODECS
-        and video.ctx.pix_fmt == "yuv420p"
+    """Whether the source stream may be stream-copied, keyframe spacing permitting (copypolicy.py)."""
+    return codec_refusal(video.codec, video.ctx.pix_fmt, settings) is None
+
+
+def crf_ladder(settings: CompileSettings) -> list[int]:
+    """The CRFs tried in turn until every checked frame reaches ``min_psnr``: the settings' own, then 4, 8 and 12
+    lower (each CRF step is ~0.5 dB; settings.py)."""
+    return sorted({max(0, settings.crf - d) for d in (0, 4, 8, 12)}, reverse=True)
+
+
+def encode_with_floor(
+    video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
+    why: str, progress: Callable[[int], None] | None = None,
+) -> Clip:
+    """Re-encode the span, at lower CRFs while a checked frame is under ``min_psnr``; raise if none reaches it."""
+    clip = None
+    for attempt, crf in enumerate(crf_ladder(settings)):
+        frames = read_ahead(video.frames(from_s, length, episode=episode))  # decode on a thread, ahead of x265
+        try:
+            clip = encode_clip(frames, length=length, fps=video.fps, settings=settings.replace(crf=crf), where=where,
+                               episode=episode, progress=progress if attempt == 0 else None)
+        finally:
+            frames.close()  # joins the decode thread before anyone touches `video` again
+        if clip.psnr_min >= settings.min_psnr:
+            clip.why = why if crf == settings.crf else f"{why}; CRF {crf} (not {settings.crf}) to keep every " \
+                f"checked frame >= {settings.min_psnr:g} dB"
+            return clip
+    raise RoboreelError(
+        f"re-encoded frames reach only {clip.psnr_min:.2f} dB PSNR against the source decode even at CRF {clip.crf}, "
+        f"under the floor of {settings.min_psnr:g} dB ({where}, episode {episode}); compile with a lower --crf, "
+        "or stream-copy-friendly sources"
     )
 
 
@@ -190,23 +246,26 @@ def transcode_span(
     video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
     progress: Callable[[int], None] | None = None,
 ) -> Clip:
-    """The clip of one episode x camera: stream copy when allowed and proven exact, else HEVC encode."""
+    """The clip of one episode x camera: stream copy when allowed and proven exact, else HEVC encode.
+    ``Clip.why`` says why a span was re-encoded."""
     fps = video.fps
-    if video.keep_packets and can_remux(video, settings):
+    why = codec_refusal(video.codec, video.ctx.pix_fmt, settings)
+    if why is None and not video.keep_packets:
+        why = "source packets not kept"
+    if why is None:
         packets = SpanPackets(packets=[])
         source_digests = [_frame_digest(f) for f in video.frames(from_s, length, episode=episode, packets=packets)]
-        if packets.closed:
+        if not packets.closed:
+            why = "the span is not a closed run of packets starting on a keyframe"
+        elif (why := gop_refusal(packets.packets, settings)) is None:
             data = remux_clip(video, packets)
             _, clip_digests = decode_clip(data, length=length, fps=fps, digests=True, where=where, episode=episode)
             if clip_digests == source_digests:
                 n = len(sample_indices(length, settings.psnr_frames))
                 return Clip(
                     data=data, codec=video.codec, height=video.stream.height, width=video.stream.width,
-                    frames=length, gop=None, bframes=None, mode="remux", psnr=[math.inf] * n,
+                    frames=length, gop=None, bframes=None, mode="remux", psnr=[math.inf] * n, lossless=True,
                 )
-    frames = read_ahead(video.frames(from_s, length, episode=episode))  # decode on a thread, ahead of x265
-    try:
-        return encode_clip(frames, length=length, fps=fps, settings=settings, where=where, episode=episode,
-                           progress=progress)
-    finally:
-        frames.close()  # joins the decode thread before anyone touches `video` again
+            why = "the stream copy does not decode to the source's pixels"
+    return encode_with_floor(video, from_s=from_s, length=length, settings=settings, episode=episode, where=where,
+                             why=why, progress=progress)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from roboreel.formats.depth import DepthQuant
 from roboreel.formats.manifest import Manifest
 from roboreel.reader.decode.clips import ClipDecoders, materialize
 from roboreel.reader.decode.deferred import ship_once
@@ -46,6 +47,7 @@ class ConsumerSettings(Protocol):
     readahead: int
     decode_device: str
     keep_frames: dict[str, int]
+    depth: dict[str, DepthQuant]
     decode_cache_bytes: int
     idle_policy: IdlePolicy
     decode_batch: int
@@ -78,7 +80,7 @@ def run_consumer(ds: ConsumerSettings, schedule: PoolSchedule, slices: list[Slic
                                 stream=position.world.consumer)
 
     prefetch = Prefetcher(loaded, ds.readahead) if todo else iter(())
-    decoders = ClipDecoders(device=ds.decode_device, keep=ds.keep_frames,
+    decoders = ClipDecoders(device=ds.decode_device, keep=ds.keep_frames, depth=ds.depth,
                             run_cache_bytes=ds.decode_cache_bytes,
                             idle=ds.idle_policy.begin() if not deferred else None)
     flusher = Flusher(counters, row)

@@ -33,6 +33,7 @@ from roboreel.reader.decode.heap import pin_mmap_threshold
 from roboreel.reader.decode.idle_policy import IdlePolicy, camera_lanes, idle_bytes_needed
 from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.decode.routing import resolve_decode_device
+from roboreel.reader.depth import depth_cameras
 from roboreel.reader.fetch.source import Store, retrying
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.options import DecodeOptions, StreamOptions, legacy_options
@@ -133,6 +134,7 @@ class CompiledDataset(IterableDataset):
         self.fps = m.fps
         self.camera_keys = [k for k, f in m.features.items() if f.get("dtype") == "video"]
         self.tabular_keys = [k for k, f in m.features.items() if f.get("dtype") != "video"]
+        self.depth = depth_cameras(m)  # camera -> quantiser: decoded to LeRobot's depth values (decode/depth.py)
         if episodes is not None:
             episodes = sorted({int(e) for e in episodes})
             known = m.lengths  # the episode ids (loaded only when a selection asks for them)

@@ -266,21 +266,21 @@ class _Stage:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             stream = torch.cuda.Stream(self.device)
-        staging = {cam: torch.device(router.camera_device(cam)) for cam in cameras}
+        staging = {cam: torch.device("cpu" if cam in ds.depth else router.camera_device(cam)) for cam in cameras}
 
         budget = RunBudget(ds.decode_cache_bytes)  # decoded GOP runs of all clips together (runs.py)
         idle = ds.idle_policy.begin()  # this process's decoders kept across epochs, or None (idle_policy.py)
 
         def make() -> DeviceDecoders:  # one per live clip: its decoders (GPU, CPU fallback) and their state
             return DeviceDecoders(router, keep=ds.keep_frames, max_gpu_decoders=owner.max_gpu_decoders,
-                                  max_call_bytes=DECODE_CALL_BYTES, run_budget=budget, idle=idle)
+                                  max_call_bytes=DECODE_CALL_BYTES, run_budget=budget, idle=idle, depth=ds.depth)
         pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
                           pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
                           max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,
                           # the decoder's own memory order: the GPU transposes (stage.py, "Layout"), or no one does
                           channels_last=stream is not None or owner.channels_last,
                           dtype=torch.float32 if stream is None and not ds.return_uint8 else torch.uint8,
-                          buffers=owner._buffers)
+                          buffers=owner._buffers, depth=frozenset(ds.depth))
         flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
 
         published = [0.0]
@@ -306,7 +306,8 @@ class _Stage:
             job.wait()
             with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                 batch = finish_batch(job, device=self.device, return_uint8=ds.return_uint8,
-                                     image_transforms=ds.image_transforms, channels_last=owner.channels_last)
+                                     image_transforms=ds.image_transforms, channels_last=owner.channels_last,
+                                     depth=frozenset(ds.depth))
             if stream is not None:
                 stream.synchronize()  # blocks this thread only; the batch is complete when handed over
             now = time.perf_counter()
@@ -333,12 +334,13 @@ class _Stage:
 
 def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None,
-                 channels_last: bool = False) -> dict[str, Any]:
+                 channels_last: bool = False, depth: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The collated batch of a decoded job, on ``device``: the CPU path's keys, order, shapes, dtypes and values.
 
     uint8 is the wire format: the pixels cross to the device as uint8 and become float32 there, in one
     ``x / 255.0`` (the CPU path's arithmetic, so values are bit-identical on the CPU), which also makes channels-last
-    staged frames contiguous [.., C, H, W] (``channels_last``: the division keeps their memory order instead)."""
+    staged frames contiguous [.., C, H, W] (``channels_last``: the division keeps their memory order instead).
+    ``depth`` cameras arrive as float32 maps in their unit (decode/depth.py): moved, never divided or transformed."""
     pending = job.pending
     out: dict[str, Any] = {}
     for cam, plan in pending.cameras.items():
@@ -353,7 +355,7 @@ def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
             x = x.contiguous()
         if plan.stacked:
             x = x.view(pending.size, plan.window, *x.shape[1:])
-        if image_transforms is not None:
+        if image_transforms is not None and cam not in depth:  # LeRobot transforms no depth map
             x = torch.stack([image_transforms(s) for s in x])
         out[cam] = x
     for key, v in pending.values.items():

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from roboreel.formats.depth import depth_keys, stats_factor
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import (
     EPISODES_PATH,
@@ -50,9 +51,14 @@ def stats_to_numpy(stats: Any) -> Any:
     return np.atleast_1d(np.array(stats))
 
 
-def _is_depth(feature: dict[str, Any]) -> bool:
-    info, video_info = feature.get("info") or {}, feature.get("video_info") or {}
-    return bool(info.get("is_depth_map") or info.get("video.is_depth_map") or video_info.get("video.is_depth_map"))
+def rescale_depth_stats(stats: dict[str, Any], features: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Depth stats from their recorded unit to the one the reader returns (mm), as LeRobotDataset does on load
+    (``rescale_depth_stats``: every entry but ``count`` times the factor)."""
+    for key in depth_keys(features):
+        factor = stats_factor(features[key])
+        if factor != 1.0 and key in stats:
+            stats[key] = {k: v if k == "count" else v * factor for k, v in stats[key].items()}
+    return stats
 
 
 class EpisodeTable:
@@ -218,7 +224,7 @@ class DatasetMeta:
 
     @property
     def depth_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if _is_depth(f)]
+        return depth_keys(self.features)
 
     @property
     def names(self) -> dict[str, Any]:
@@ -238,7 +244,7 @@ class DatasetMeta:
         """meta/stats.json as numpy arrays (None when the dataset has none). Mutable: edits stay on this object."""
         if not self._stats_read:
             raw = self._read(lambda: self._json(STATS_PATH, missing_ok=True), STATS_PATH)
-            self._stats = None if raw is None else stats_to_numpy(raw)
+            self._stats = None if raw is None else rescale_depth_stats(stats_to_numpy(raw), self.features)
             self._stats_read = True
         return self._stats
 

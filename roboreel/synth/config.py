@@ -39,6 +39,9 @@ class SynthConfig:
     chunks_size: int = 1000
     row_groups: str = "episode"  # "episode": one per episode (LeRobot >= #3807); "file": one per file (older)
     robot_type: str = "synth"
+    pix_fmt: str = "yuv420p"  # RGB cameras' pixel format, e.g. "yuv420p10le" for a 10-bit source (x265/x264)
+    depth_cameras: tuple[str, ...] = ()  # depth cameras written as LeRobot writes them (synth/depth.py)
+    depth_unit: str = "mm"  # what the depth cameras record: "mm" (uint16) or "m" (float32)
 
     def lengths(self) -> list[int]:
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0x1E6]))

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from roboreel.formats import lerobot_v3_layout as v3
 from roboreel.synth.config import SynthConfig
 from roboreel.synth.content import action_row, render_frame, state_row
+from roboreel.synth.depth import depth_feature, depth_stats, quantize, render_depth
 from roboreel.synth.videofile import Roller, VideoFileWriter
 
 _TASKS = (
@@ -55,7 +56,7 @@ def _features(cfg: SynthConfig) -> dict:
                 "video.height": cfg.height,
                 "video.width": cfg.width,
                 "video.codec": {"libsvtav1": "av1", "libx265": "hevc", "libx264": "h264"}.get(cfg.codec, cfg.codec),
-                "video.pix_fmt": "yuv420p",
+                "video.pix_fmt": cfg.pix_fmt,
                 "video.is_depth_map": False,
                 "video.fps": cfg.fps,
                 "video.channels": 3,
@@ -64,6 +65,8 @@ def _features(cfg: SynthConfig) -> dict:
                 "has_audio": False,
             },
         }
+    for key in cfg.depth_cameras:
+        feats[key] = depth_feature(cfg.height, cfg.width, cfg.fps, cfg.depth_unit)
     feats["observation.state"] = {"dtype": "float32", "shape": [cfg.state_dim], "names": [f"j{i}" for i in range(cfg.state_dim)]}
     feats["action"] = {"dtype": "float32", "shape": [cfg.action_dim], "names": [f"j{i}" for i in range(cfg.action_dim)]}
     feats["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
@@ -167,13 +170,18 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
     _write_tasks(root, tasks)
 
     lengths = cfg.lengths()
+    if cfg.depth_unit not in ("mm", "m"):
+        raise ValueError(f"depth_unit must be 'mm' or 'm', got {cfg.depth_unit!r}")
+    if set(cfg.depth_cameras) & set(cfg.cameras):
+        raise ValueError("a camera cannot be both RGB and depth")
     videos = {key: VideoFileWriter(root, key, cfg) for key in cfg.cameras}
+    videos |= {key: VideoFileWriter(root, key, cfg, depth=True) for key in cfg.depth_cameras}
     data_roll = Roller(cfg.chunks_size)
     data_pending: list[pa.Table] = []
     data_bytes = 0
     ep_rows: list[dict] = []
     all_tables: list[pa.Table] = []
-    image_stats: dict[str, list[dict]] = {k: [] for k in cfg.cameras}
+    image_stats: dict[str, list[dict]] = {k: [] for k in (*cfg.cameras, *cfg.depth_cameras)}
 
     def flush_data() -> None:
         nonlocal data_pending, data_bytes
@@ -225,6 +233,18 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
             st = _image_stats(np.stack(frames[:: max(1, length // 8)]))
             image_stats[key].append(st)
             row |= {f"stats/{key}/{s}": v for s, v in st.items()}
+        for key in cfg.depth_cameras:
+            depth = [render_depth(start + k, cfg.height, cfg.width, cfg.depth_unit) for k in range(length)]
+            chunk, file, t0, t1 = videos[key].add_episode([quantize(d) for d in depth])
+            row |= {
+                f"videos/{key}/chunk_index": chunk,
+                f"videos/{key}/file_index": file,
+                f"videos/{key}/from_timestamp": t0,
+                f"videos/{key}/to_timestamp": t1,
+            }
+            st = depth_stats(np.stack(depth))
+            image_stats[key].append(st)
+            row |= {f"stats/{key}/{s}": v for s, v in st.items()}
         for key in ("observation.state", "action", "timestamp", "frame_index", "index"):
             col = rows.column(key)
             vals = np.stack(col.to_numpy(zero_copy_only=False)) if pa.types.is_fixed_size_list(col.type) else col.to_numpy()
@@ -253,7 +273,7 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
         stats[key] = _stats(vals.reshape(len(everything), -1))
     for key, per_ep in image_stats.items():
         n = np.array([s["count"][0] for s in per_ep], np.float64)
-        mean = sum(np.array(s["mean"]) * c for s, c in zip(per_ep, n, strict=True)) / n.sum()
+        mean = sum(np.array(s["mean"]) * c for s, c in zip(per_ep, n, strict=True)) / n.sum()  # pooled, as LeRobot
         stats[key] = {
             "min": np.min([s["min"] for s in per_ep], axis=0).tolist(),
             "max": np.max([s["max"] for s in per_ep], axis=0).tolist(),
@@ -275,7 +295,7 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
         "fps": cfg.fps,
         "splits": {"train": f"0:{cfg.episodes}"},
         "data_path": v3.DEFAULT_DATA_PATH,
-        "video_path": v3.DEFAULT_VIDEO_PATH if cfg.cameras else None,
+        "video_path": v3.DEFAULT_VIDEO_PATH if cfg.cameras or cfg.depth_cameras else None,
         "features": _features(cfg),
     }
     (root / v3.INFO_PATH).write_text(json.dumps(info, indent=4))

@@ -30,8 +30,8 @@ class Roller:
 class VideoFileWriter:
     """Appends episodes of one camera to the current mp4 until it passes the size limit, then starts the next."""
 
-    def __init__(self, root: Path, key: str, cfg: SynthConfig) -> None:
-        self.root, self.key, self.cfg = root, key, cfg
+    def __init__(self, root: Path, key: str, cfg: SynthConfig, *, depth: bool = False) -> None:
+        self.root, self.key, self.cfg, self.depth = root, key, cfg, depth
         self.roller = Roller(cfg.chunks_size)
         self.container = None
         self.files = 0
@@ -41,8 +41,16 @@ class VideoFileWriter:
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         self.container = av.open(str(path), "w", format="mp4")
+        if self.depth:  # LeRobot's depth writer: lossless HEVC gray12le, g=2 (synth/depth.py)
+            stream = self.container.add_stream("libx265", rate=self.cfg.fps)
+            stream.width, stream.height, stream.pix_fmt = self.cfg.width, self.cfg.height, "gray12le"
+            stream.codec_tag = "hvc1"
+            stream.options = {"g": "2", "x265-params": "lossless=1:log-level=error:open-gop=0"}
+            self.stream, self.n = stream, 0
+            self.files += 1
+            return
         stream = self.container.add_stream(self.cfg.codec, rate=self.cfg.fps)
-        stream.width, stream.height, stream.pix_fmt = self.cfg.width, self.cfg.height, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = self.cfg.width, self.cfg.height, self.cfg.pix_fmt
         opts = {"g": str(self.cfg.g), "crf": str(self.cfg.crf)}
         if self.cfg.codec == "libsvtav1" and self.cfg.preset is not None:
             opts["preset"] = str(self.cfg.preset)
@@ -71,7 +79,7 @@ class VideoFileWriter:
         loc = (self.roller.chunk, self.roller.file)
         start = self.n
         for k, arr in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(arr, format="rgb24")
+            frame = av.VideoFrame.from_ndarray(arr, format="gray12le" if self.depth else "rgb24")
             frame.pts, frame.time_base = self.n, Fraction(1, self.cfg.fps)
             if k == 0:
                 frame.pict_type = av.video.frame.PictureType.I  # episodes start on a keyframe, as LeRobot's concat
@@ -85,7 +93,7 @@ class VideoFileWriter:
         return span
 
     def _mux(self, packet: av.Packet) -> None:
-        if self.cfg.codec == "libsvtav1" and packet.pts is not None:
+        if self.cfg.codec == "libsvtav1" and not self.depth and packet.pts is not None:
             # AV1 packets come in presentation order (no reordering), so dts = pts is always valid; it avoids an
             # intermittent "non monotonically increasing dts" EINVAL seen from SVT-AV1 under heavy load.
             packet.dts = packet.pts

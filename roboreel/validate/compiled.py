@@ -26,6 +26,7 @@ from roboreel.formats.digest import check_rows_digest
 from roboreel.formats.errors import CompiledFormatError, SourceError
 from roboreel.formats.lerobot_v3 import EPISODES_DIR, INFO_PATH, read_parquet
 from roboreel.validate._io import Root, progress_bar
+from roboreel.validate.cameras import check_clip
 from roboreel.validate.index import check_index_files, check_manifest
 from roboreel.validate.media import CountMode, VideoProbeError, probe_video
 from roboreel.validate.report import Report
@@ -143,6 +144,7 @@ def _check_record(m: mf.Manifest, e: mf.EpisodeEntry, members: dict[str, bytes],
             report.error("member-checksum-mismatch", f"{name} sha256 differs from the manifest", file=shard,
                          episode=e.index)
     jname, rname = sh.json_member(e.index), sh.rows_member(e.index)
+    meta: dict = {}
     if jname in members:
         try:
             meta = json.loads(members[jname])
@@ -179,6 +181,10 @@ def _check_record(m: mf.Manifest, e: mf.EpisodeEntry, members: dict[str, bytes],
         if probe.codec != cam.codec or (probe.height, probe.width) != (cam.height, cam.width):
             report.warning("clip-codec", f"{name} is {probe.codec} {probe.height}x{probe.width}, manifest says "
                            f"{cam.codec} {cam.height}x{cam.width}", file=shard, episode=e.index)
+        cams = meta.get("cameras") if isinstance(meta, dict) else None
+        record = cams.get(cam.key) if isinstance(cams, dict) else None
+        check_clip(probe, m.features.get(cam.key) or {}, record if isinstance(record, dict) else None, name,
+                   report, file=shard, episode=e.index)
 
 
 def check_shard(root: Root, m: mf.Manifest, pos: int, report: Report, *, fast: bool, count: CountMode) -> None:

@@ -29,6 +29,7 @@ class VideoProbe:
     height: int
     frames: int
     pts_s: tuple[float, ...] | None = None
+    pix_fmt: str | None = None  # the stream's pixel format ("yuv420p", "gray12le", ...), None if unknown
 
 
 def probe_video(source: IO[bytes], *, mode: CountMode = "packets") -> VideoProbe:
@@ -42,8 +43,10 @@ def probe_video(source: IO[bytes], *, mode: CountMode = "packets") -> VideoProbe
             stream = container.streams.video[0]
             ctx = stream.codec_context
             codec, width, height = ctx.codec.canonical_name, ctx.width, ctx.height  # "av1", not "libdav1d"
+            pix_fmt = ctx.pix_fmt
             if mode == "header" and stream.frames > 0:
-                return VideoProbe(codec=codec, width=width, height=height, frames=int(stream.frames))
+                return VideoProbe(codec=codec, width=width, height=height, frames=int(stream.frames),
+                                  pix_fmt=pix_fmt)
             pts: list[float] = []
             tb = float(stream.time_base) if stream.time_base is not None else 0.0
             if mode == "decode":
@@ -58,4 +61,4 @@ def probe_video(source: IO[bytes], *, mode: CountMode = "packets") -> VideoProbe
     except av.FFmpegError as e:
         raise VideoProbeError(str(e)) from e
     pts.sort()
-    return VideoProbe(codec=codec, width=width, height=height, frames=len(pts), pts_s=tuple(pts))
+    return VideoProbe(codec=codec, width=width, height=height, frames=len(pts), pts_s=tuple(pts), pix_fmt=pix_fmt)

@@ -89,6 +89,11 @@ CODES: dict[str, str] = {
     "clip-unreadable": "a clip cannot be demuxed",
     "clip-frame-count": "a clip's frame count differs from the episode length",
     "clip-codec": "a clip's codec or size differs from the manifest's camera spec",
+    # clips against their feature (validate/cameras.py)
+    "clip-channels": "a clip (error; a source mp4: warning) has not its feature's channels (3 RGB, 1 depth map)",
+    "clip-bit-depth": "a clip's bit depth is not its feature's (8-bit RGB, 12-bit depth codes)",
+    "clip-shape": "a clip's frame size is not its feature's shape",
+    "depth-lossy": "a depth feature is stored lossy (not lossless gray12le): its depth values are lost",
     "shards-uneven": "the shard count does not divide evenly over world_size x num_workers",
 }
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import SourceError
 from roboreel.validate._io import Root, progress_bar
+from roboreel.validate.cameras import check_channels
 from roboreel.validate.media import CountMode, VideoProbeError, probe_video
 from roboreel.validate.report import Report, Severity
 from roboreel.validate.rowgroups import scan_data
@@ -180,6 +181,7 @@ def check_videos(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta]
         if None not in want and want != (probe.height, probe.width):
             report.warning("video-codec-mismatch", f"size {probe.height}x{probe.width}, info.json says "
                            f"{want[0]}x{want[1]}", file=rel)
+        check_channels(probe, info.features.get(cam, {}), report, source=True, file=rel, episodes=indices)
         step = _frame_step(probe.pts_s)
         fps_ok = step is None or abs(step * fps - 1) <= _FPS_RTOL
         if not fps_ok:

@@ -24,8 +24,10 @@ import numpy as np
 import torch
 from torchcodec.decoders import VideoDecoder  # loaded once in the parent, so forked workers inherit it
 
+from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.reader.decode.decoder_cache import IdleDecoders
+from roboreel.reader.decode.depth import DepthDecoder, code_table
 from roboreel.reader.decode.heap import in_side_arena
 from roboreel.reader.decode.requests import (
     MAX_LANES,
@@ -77,6 +79,8 @@ class ClipDecoders:
     stats: DecodeStats = field(default_factory=DecodeStats)
     idle: IdleDecoders | None = None
     budget: RunBudget | None = None
+    depth: dict[str, DepthQuant] = field(default_factory=dict)  # depth cameras: PyAV + dequantised (depth.py)
+    _tables: dict = field(default_factory=dict)  # depth camera -> its code table
     _open: OrderedDict = field(default_factory=OrderedDict)
     _sources: dict = field(default_factory=dict)  # with ``idle``: the bytes each open decoder decodes
     _kept: dict = field(default_factory=dict)
@@ -100,6 +104,13 @@ class ClipDecoders:
         dec = self.idle.take(self._idle_key(key), clip.data) if self.idle is not None else None
         if dec is not None:  # parked when this clip left the pool, in an earlier epoch
             self.stats.decoder_reuses += 1
+        elif clip.camera in self.depth:
+            quant = self.depth[clip.camera]
+            table = self._tables.get(clip.camera)
+            if table is None:
+                table = self._tables[clip.camera] = code_table(quant)
+            dec = DepthDecoder(clip.data, quant, table=table, device=self.device)
+            self.stats.decoder_opens += 1
         else:
             if self.device == "cpu":  # opened aside: torch's per-open leak stays out of the main arena (heap.py)
                 dec = in_side_arena(VideoDecoder, clip.data, seek_mode=self.seek_mode, device=self.device)
@@ -253,7 +264,10 @@ class ClipDecoders:
 
 
 def _frame_bytes(dec: Any) -> int:
-    """Bytes of one decoded uint8 RGB frame of ``dec`` (0 when its metadata lacks the size)."""
+    """Bytes of one decoded frame of ``dec``: uint8 RGB, or a depth decoder's own (0 when its metadata lacks the
+    size)."""
+    if isinstance(dec, DepthDecoder):
+        return dec.frame_bytes
     md = dec.metadata
     return 3 * (md.width or 0) * (md.height or 0)
 
@@ -281,7 +295,10 @@ def value_tensors(values: Mapping[str, Any]) -> dict[str, Any]:
 
 def to_output(frames: torch.Tensor, *, return_uint8: bool) -> torch.Tensor:
     """A fresh tensor as the sample holds it: uint8, or float32 in [0, 1] computed as ``x / 255.0`` exactly like
-    LeRobot (one pass: true division of uint8 by a Python float yields float32)."""
+    LeRobot (one pass: true division of uint8 by a Python float yields float32). A depth map (float32 already,
+    in its unit) is only copied: ``return_uint8`` does not apply to depth, as in LeRobot."""
+    if frames.dtype != torch.uint8:
+        return frames.clone()
     return frames.clone() if return_uint8 else frames / 255.0
 
 
@@ -323,7 +340,8 @@ def materialize(
             else:
                 frames = got[int(req.frames[0])][0]  # a view; to_output copies it
             img = to_output(frames, return_uint8=return_uint8)
-            sample[cam] = image_transforms(img) if image_transforms is not None else img
+            depth = frames.dtype != torch.uint8  # LeRobot applies no image transform to depth maps
+            sample[cam] = image_transforms(img) if image_transforms is not None and not depth else img
         sample.update(value_tensors(p.values))
         out.append(sample)
         for clip in p.release:

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader.decode.clips import ClipDecoders
 from roboreel.reader.decode.decoder_cache import IdleDecoders
@@ -58,6 +59,7 @@ class DeviceDecoders:
         max_call_bytes: int = 0,
         run_budget: RunBudget | None = None,
         idle: IdleDecoders | None = None,
+        depth: Mapping[str, DepthQuant] | None = None,
     ) -> None:
         if not isinstance(max_gpu_decoders, int) or max_gpu_decoders < 1:
             raise ValueError(f"max_gpu_decoders must be an integer >= 1, got {max_gpu_decoders!r}")
@@ -66,8 +68,9 @@ class DeviceDecoders:
         budget = RunBudget(0) if run_budget is None else run_budget  # shared by every clip's decoders (runs.py)
         # ``idle``: the CPU decoders of a released clip are parked there for a later epoch (decoder_cache.py);
         # GPU decoders are not (NVDEC sessions are few, and torchcodec caches those itself)
+        self.depth = dict(depth or {})  # depth cameras decode on the CPU, always (depth.py)
         self.cpu = ClipDecoders(device="cpu", seek_mode=seek_mode, keep=dict(keep or {}), max_call_bytes=max_call_bytes,
-                                idle=idle, budget=budget)
+                                idle=idle, budget=budget, depth=self.depth)
         self.gpu: _ObservedDecoders | None = None
         if self.device != "cpu":
             self.gpu = _ObservedDecoders(device=self.device, seek_mode=seek_mode, keep=dict(keep or {}),
@@ -77,7 +80,8 @@ class DeviceDecoders:
                runs: Mapping[int, int] | None = None) -> dict[int, tuple[torch.Tensor, float]]:
         """Frames of ``clip`` (frame -> decoder lane): frame -> (uint8 [C, H, W] on the decoding device, pts).
         ``runs``: as ``ClipDecoders.frames``."""
-        if self.router.device_for(clip.key, clip.camera) != "cpu" and self.gpu is not None:
+        if clip.camera not in self.depth and self.router.device_for(clip.key, clip.camera) != "cpu" \
+                and self.gpu is not None:
             try:
                 return self.gpu.frames(clip, wanted, runs)
             except CompiledFormatError as e:

@@ -107,7 +107,7 @@ class DecodePool:
     def __init__(self, *, threads: int, make_decoders: Callable[[], Any], cameras: dict[str, CameraSpec],
                  staging: dict[str, torch.device], pin: bool, tolerance_s: float, max_open_clips: int = 4096,
                  stream: Any = None, channels_last: bool = False, dtype: torch.dtype = torch.uint8,
-                 buffers: BufferPool | None = None) -> None:
+                 buffers: BufferPool | None = None, depth: frozenset[str] = frozenset()) -> None:
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
             raise ValueError(f"decode_threads must be an integer >= 1, got {threads!r}")
         self.threads, self.make_decoders, self.cameras = threads, make_decoders, cameras
@@ -117,6 +117,7 @@ class DecodePool:
             raise ValueError(f"dtype {dtype} with pin={pin}: float32 batches are made by the threads only when the "
                              "batch stays on the CPU")
         self.dtype = dtype
+        self.depth = frozenset(depth)  # depth cameras: float32 [.., 1, H, W] batches, decoded on the CPU (depth.py)
         self.store = ClipStore()
         self.buffers = BufferPool() if buffers is None else buffers  # the loader's: kept across epochs
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="roboreel-decode-pool")
@@ -153,12 +154,15 @@ class DecodePool:
 
     def _alloc(self, camera: str, n: int) -> torch.Tensor:
         spec = self.cameras[camera]
-        device = self.staging.get(camera, torch.device("cpu"))
+        depth = camera in self.depth
+        device = torch.device("cpu") if depth else self.staging.get(camera, torch.device("cpu"))
         pin = self.pin and device.type == "cpu"
-        shape = (n, spec.height, spec.width, 3) if self.channels_last else (n, 3, spec.height, spec.width)
+        c = 1 if depth else 3
+        dtype = torch.float32 if depth else self.dtype
+        shape = (n, spec.height, spec.width, c) if self.channels_last else (n, c, spec.height, spec.width)
         if device.type == "cpu" and not pin:  # reused once the loop let go (buffers.py: page faults, ~13% of CPU)
-            return self.buffers.take(shape, self.dtype)
-        return torch.empty(shape, dtype=self.dtype, device=device, pin_memory=pin)  # pinned: torch caches those
+            return self.buffers.take(shape, dtype)
+        return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)  # pinned: torch caches those
 
     def _slot(self, key: ClipKey) -> Any:
         decoders = self._slots.get(key)
@@ -236,7 +240,9 @@ class DecodePool:
                 a = arrays.get(f)
                 if a is None:
                     a = arrays[f] = frame.numpy()
-                if out.dtype == torch.uint8:
+                if frame.dtype == torch.float32:  # a depth map, in its unit already: copied as it is
+                    out.numpy()[slot][...] = a
+                elif out.dtype == torch.uint8:
                     copy_frame(a, out.numpy()[slot])  # one thread, GIL released (see the module doc)
                 else:
                     np.divide(a, _255, out=out.numpy()[slot])  # float32, as torch's uint8 / 255.0

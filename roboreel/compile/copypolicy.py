@@ -1,0 +1,52 @@
+"""Stream copy or re-encode, per clip: a source span is copied only when the reader can use it as it is.
+
+A reader decodes a clip with torchcodec (CPU, or NVDEC on the GPU path) at random positions, so a copy needs a
+codec the compiled format promises (HEVC, H.264: roboreel's rule before issue 27, kept; AV1 sources are
+re-encoded as they always were), the pixel format roboreel's RGB path carries (``yuv420p``; 10/12-bit and
+4:2:2/4:4:4 sources are re-encoded to 8-bit 4:2:0, which is what torchcodec hands a trainer anyway), and keyframes
+close enough that a random frame costs few extra decodes (``CompileSettings.remux_max_gop``, 32: LeRobot writes
+g=2, phones and recorders 30-250; issue 27 measured a 240-frame-GOP H.264 copy reading 1.8-2x slower through
+``roboreel.loader`` than its re-encode). Depth clips follow their own rule (depth.py).
+
+Every refusal is a sentence that lands in the clip's json (``why``), so ``roboreel compile`` can say per clip what
+it did and why.
+"""
+
+from __future__ import annotations
+
+import av
+
+from roboreel.compile.settings import CompileSettings
+
+REMUX_CODECS = ("hevc", "h264")
+REMUX_PIX_FMTS = ("yuv420p",)
+
+
+def span_gop(packets: list[av.Packet]) -> int:
+    """The longest keyframe interval (frames) of a span's packets, in presentation order; the span length when
+    only its first frame is a keyframe."""
+    order = sorted(packets, key=lambda p: p.pts if p.pts is not None else -1)
+    keys = [i for i, p in enumerate(order) if p.is_keyframe] + [len(order)]
+    return max((b - a for a, b in zip(keys, keys[1:], strict=False)), default=len(order))
+
+
+def codec_refusal(codec: str, pix_fmt: str | None, settings: CompileSettings) -> str | None:
+    """Why a source stream of ``codec`` / ``pix_fmt`` cannot be stream-copied for an RGB camera (None: it can,
+    GOP permitting)."""
+    if settings.reencode:
+        return "re-encode asked (--reencode)"
+    if settings.resize is not None:
+        return "resize asked"
+    if codec not in REMUX_CODECS:
+        return f"source codec {codec} is not one every reader decodes ({', '.join(REMUX_CODECS)})"
+    if pix_fmt not in REMUX_PIX_FMTS:
+        return f"source pixel format {pix_fmt} is not 8-bit 4:2:0"
+    return None
+
+
+def gop_refusal(packets: list[av.Packet], settings: CompileSettings) -> str | None:
+    """Why a closed span cannot be copied for its keyframe spacing (None: it can)."""
+    gop = span_gop(packets)
+    if gop > settings.remux_max_gop:
+        return f"source GOP of {gop} frames > remux_max_gop {settings.remux_max_gop}"
+    return None

@@ -1,0 +1,118 @@
+"""A depth camera's clip: the source's 12-bit codes carried without loss, never through 8-bit RGB.
+
+What a depth frame is, is what LeRobot decodes from it: ``to_ndarray(format="gray12le")`` (formats/depth.py).
+Two paths, both proven on every frame against exactly that:
+- stream copy: an HEVC source span (LeRobot writes lossless HEVC ``gray12le``, g=2) that is closed, starts on a
+  keyframe and has no keyframe interval over ``remux_max_gop``; the reader decodes depth with PyAV on the CPU
+  (reader/decode/depth.py), which decodes anything FFmpeg does, so the codec rule is only what the compiled
+  format promises (HEVC);
+- lossless re-encode: every other source (AV1, H.264, long GOPs, other gray formats) is converted to
+  ``gray12le`` as LeRobot's reader converts it, and encoded by x265 with ``lossless=1`` (HEVC Main 12 4:0:0).
+
+A clip whose frames do not decode to the source's codes is refused with an error naming the file and episode:
+depth is never stored approximately.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+
+import av
+
+from roboreel.compile.copypolicy import gop_refusal
+from roboreel.compile.decode import SourceVideo, SpanPackets
+from roboreel.compile.overlap import read_ahead
+from roboreel.compile.settings import CompileSettings
+from roboreel.compile.transcode import _MUX_OPTIONS, Clip, decode_clip, remux_clip
+from roboreel.formats.depth import DEPTH_PIX_FMT
+from roboreel.formats.errors import RoboreelError
+
+DEPTH_REMUX_CODECS = ("hevc",)
+
+
+def _codes_digest(frame: av.VideoFrame) -> bytes:
+    """Digest of the 12-bit codes LeRobot's reader takes from a frame."""
+    return hashlib.blake2b(frame.to_ndarray(format=DEPTH_PIX_FMT).tobytes(), digest_size=16).digest()
+
+
+def _clip_digests(data: bytes, *, length: int, fps: int, where: str, episode: int) -> list[bytes]:
+    decode_clip(data, length=length, fps=fps, where=where, episode=episode)  # frame count and pts k/fps
+    with av.open(io.BytesIO(data), "r") as c:
+        return [_codes_digest(f) for f in c.decode(c.streams.video[0])]
+
+
+def encode_depth(frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str,
+                 episode: int, progress: Callable[[int], None] | None = None) -> tuple[bytes, list[bytes], int, int]:
+    """x265 lossless gray12le, closed GOPs of ``settings.gop``; returns (bytes, source digests, height, width)."""
+    buf = io.BytesIO()
+    tb = Fraction(1, fps)
+    digests: list[bytes] = []
+    out = av.open(buf, "w", format="mp4", container_options=_MUX_OPTIONS)
+    stream = None
+    try:
+        for frame in frames:
+            if stream is None:
+                stream = out.add_stream("libx265", rate=fps)
+                stream.width, stream.height, stream.pix_fmt = frame.width, frame.height, DEPTH_PIX_FMT
+                stream.time_base, stream.codec_tag = tb, "hvc1"
+                stream.options = {"preset": settings.preset, "x265-params": ":".join([
+                    "lossless=1", f"keyint={settings.gop}", f"min-keyint={settings.gop}", "scenecut=0",
+                    "open-gop=0", "bframes=0", "pools=none", "frame-threads=1", "log-level=error"])}
+            if frame.format.name != DEPTH_PIX_FMT:
+                frame = frame.reformat(format=DEPTH_PIX_FMT)  # the conversion LeRobot's to_ndarray makes
+            digests.append(_codes_digest(frame))
+            frame.pts, frame.time_base = len(digests) - 1, tb
+            frame.pict_type = av.video.frame.PictureType.NONE
+            for packet in stream.encode(frame):
+                out.mux(packet)
+            if progress is not None:
+                progress(1)
+        if stream is None or len(digests) != length:
+            raise RoboreelError(f"encoder got {len(digests)} frames for an episode of {length} ({where}, "
+                                f"episode {episode})")
+        for packet in stream.encode(None):
+            out.mux(packet)
+    except av.error.FFmpegError as e:
+        raise RoboreelError(f"lossless depth encode failed: {e} ({where}, episode {episode})") from e
+    finally:
+        out.close()
+    return buf.getvalue(), digests, stream.height, stream.width
+
+
+def transcode_depth(
+    video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
+    progress: Callable[[int], None] | None = None,
+) -> Clip:
+    """The depth clip of one episode: stream copy when allowed, else lossless encode; both proven exact."""
+    fps = video.fps
+    why = ""
+    if video.codec not in DEPTH_REMUX_CODECS:
+        why = f"depth source codec {video.codec} is not HEVC"
+    elif not video.keep_packets:
+        why = "re-encode asked (--reencode)"
+    else:
+        packets = SpanPackets(packets=[])
+        source = [_codes_digest(f) for f in video.frames(from_s, length, episode=episode, packets=packets)]
+        if not packets.closed:
+            why = "the span is not a closed run of packets starting on a keyframe"
+        elif (why := gop_refusal(packets.packets, settings) or "") == "":
+            data = remux_clip(video, packets)
+            if _clip_digests(data, length=length, fps=fps, where=where, episode=episode) == source:
+                return Clip(data=data, codec=video.codec, height=video.stream.height, width=video.stream.width,
+                            frames=length, gop=None, bframes=None, mode="remux", pix_fmt=DEPTH_PIX_FMT,
+                            lossless=True)
+            why = "the stream copy does not decode to the source's depth codes"
+    frames = read_ahead(video.frames(from_s, length, episode=episode))
+    try:
+        data, source, height, width = encode_depth(frames, length=length, fps=fps, settings=settings, where=where,
+                                                   episode=episode, progress=progress)
+    finally:
+        frames.close()
+    if _clip_digests(data, length=length, fps=fps, where=where, episode=episode) != source:
+        raise RoboreelError(f"the lossless depth encode does not decode to the source's depth codes ({where}, "
+                            f"episode {episode}); depth is never stored approximately")
+    return Clip(data=data, codec="hevc", height=height, width=width, frames=length, gop=settings.gop, bframes=0,
+                mode="encode", pix_fmt=DEPTH_PIX_FMT, lossless=True, why=why)
