@@ -25,7 +25,10 @@ from typing import Any
 
 from roboreel.compile.decode import SourceVideo
 from roboreel.compile.pack import atomic_write
+from roboreel.compile.resample import frame_step
+from roboreel.compile.resize import DEPTH_FILTER, FILTER, camera_hw, is_depth
 from roboreel.compile.settings import CompileSettings
+from roboreel.compile.stats import image_stats
 from roboreel.compile.transcode import REMUX_CODECS, transcode_span
 from roboreel.formats.atomic import TMP_SUFFIX
 from roboreel.formats.lerobot_v3 import LeRobotSource
@@ -167,9 +170,14 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
     span = ep.videos[job.camera]
     video = _video(source, span.path, episode=ep.index, threads=job.decode_threads, settings=job.settings)
     ticks = _Ticker(on_frames)
+    settings, feature = job.settings, source.info.features[job.camera]
+    step = frame_step(source.fps, settings.fps)
+    depth = is_depth(feature)
+    size = settings.camera_size(job.camera, camera_hw(feature)) if settings.resizes(job.camera) else None
     try:
-        clip = transcode_span(video, from_s=span.from_timestamp, length=ep.length, settings=job.settings,
-                              episode=ep.index, where=span.path, progress=ticks.add)
+        clip = transcode_span(video, from_s=span.from_timestamp, length=ep.length, settings=settings,
+                              episode=ep.index, where=span.path, progress=ticks.add, size=size,
+                              method=DEPTH_FILTER if depth else FILTER, step=step, stats=settings.transforms)
     except BaseException:
         _drop_video(source, span.path)  # its position is no longer trusted
         raise
@@ -180,6 +188,8 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
         "info": {**clip.spec(), "mode": clip.mode,
                  "psnr": [None if p == float("inf") else round(p, 4) for p in clip.psnr]},
     }
+    if clip.stats_rgb is not None:  # a transforming compile: the camera's episode stats (stats.py)
+        doc["stats"] = {k: v.tolist() for k, v in image_stats(clip.stats_rgb, depth=depth).items()}
     mp4, meta = clip_paths(job.shard, job.episode, job.camera)
     atomic_write(os.path.join(job.out, mp4), clip.data)
     atomic_write(os.path.join(job.out, meta), (json.dumps(doc, indent=1) + "\n").encode())

@@ -154,8 +154,8 @@ def compile_dataset(
         check_encodable(source, settings)
         est = estimate_episode_bytes(source, episodes, settings)
         plan = plan_shards(episodes, est, settings)
-        in_bytes = est if settings.resize is None else estimate_episode_bytes(source, episodes,
-                                                                                settings.replace(resize=None))
+        in_bytes = est if not settings.transforms else estimate_episode_bytes(
+            source, episodes, settings.replace(resize=None, resize_cameras=(), fps=None))
         chunks_size = int(source.info.raw.get("chunks_size") or 1000)
         lock = make_lock(url=source.url, fingerprint=source.fingerprint(), settings=settings,
                          chunks_size=chunks_size, shards=plan, files=source_files(source, threads=max(2, workers)))

@@ -10,27 +10,15 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from typing import Any
 
 import pyarrow.parquet as pq
 
+from roboreel.compile.resample import frame_step
+from roboreel.compile.resize import camera_hw
 from roboreel.compile.settings import CompileSettings, x265_size_params
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
-
-
-def camera_hw(feature: dict[str, Any]) -> tuple[int, int]:
-    """(height, width) of a video feature, from its ``info`` or its shape (HWC or CHW, by ``names``)."""
-    info = feature.get("info") or {}
-    if "video.height" in info and "video.width" in info:
-        return int(info["video.height"]), int(info["video.width"])
-    shape, names = list(feature.get("shape") or []), list(feature.get("names") or [])
-    if len(shape) == 3:
-        if names[:1] == ["channels"] or shape[0] in (1, 3) and shape[2] not in (1, 3):
-            return int(shape[1]), int(shape[2])
-        return int(shape[0]), int(shape[1])
-    raise SourceError(f"video feature has no height/width (shape {shape})", file=v3.INFO_PATH)
 
 
 def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
@@ -92,12 +80,18 @@ def check_encodable(source: LeRobotSource, settings: CompileSettings) -> None:
     Cameras whose info says HEVC/H.264 may be stream-copied instead, so only the others (or all, when
     re-encoding or resizing) are checked here; a copy that falls back to encoding is checked when it happens.
     """
+    unknown = sorted({key for key, _, _ in settings.resize_cameras} - set(source.camera_keys))
+    if unknown:
+        raise ValueError(f"--resize names cameras {unknown} the source does not have; its cameras: "
+                         f"{source.camera_keys}")
+    frame_step(source.fps, settings.fps)  # --fps must divide the source's
     for cam in source.camera_keys:
         feature = source.info.features[cam]
         codec = str((feature.get("info") or {}).get("video.codec", "")).lower()
-        if codec in ("hevc", "h265", "h264", "avc") and not settings.reencode and settings.resize is None:
+        if (codec in ("hevc", "h265", "h264", "avc") and not settings.reencode and not settings.resizes(cam)
+                and frame_step(source.fps, settings.fps) == 1):
             continue
-        h, w = settings.resize or camera_hw(feature)
+        h, w = settings.camera_size(cam, camera_hw(source.info.features[cam]))
         try:
             x265_size_params(height=h, width=w)
         except ValueError as e:
@@ -109,7 +103,8 @@ def check_encodable(source: LeRobotSource, settings: CompileSettings) -> None:
 def estimate_episode_bytes(
     source: LeRobotSource, episodes: list[EpisodeMeta], settings: CompileSettings
 ) -> dict[int, float]:
-    """Each episode's share of its source files' bytes (video by frames, rows by rows), scaled by any resize.
+    """Each episode's share of its source files' bytes (video by frames, rows by rows), video scaled by any
+    resize and frame rate.
 
     Only a planning estimate: compiled clips differ from the source's size, but proportionally to it.
     """
@@ -127,9 +122,11 @@ def estimate_episode_bytes(
                          {s.path for s in e.videos.values()})
             raise SourceError("missing file", file=rel, episode=owner) from err
     scale = {}
+    step = frame_step(source.fps, settings.fps)
     for cam in source.camera_keys:
         h, w = camera_hw(source.info.features[cam])
-        scale[cam] = (settings.resize[0] * settings.resize[1]) / (h * w) if settings.resize else 1.0
+        th, tw = settings.camera_size(cam, (h, w))
+        scale[cam] = th * tw / (h * w) / step
     out = {}
     for e in episodes:
         est = e.length * sizes[e.data_path] / frames_in[e.data_path]

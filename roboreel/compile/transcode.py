@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import islice
 from typing import Literal
 
 import av
@@ -26,7 +27,11 @@ import numpy as np
 
 from roboreel.compile.decode import SourceVideo, SpanPackets
 from roboreel.compile.overlap import read_ahead
+from roboreel.compile.resample import kept_length
+from roboreel.compile.resize import FILTER, resize_frame
 from roboreel.compile.settings import CompileSettings
+from roboreel.compile.stats import downsample
+from roboreel.compile.stats import sample_indices as stats_sample_indices
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 
 REMUX_CODECS = ("hevc", "h264")
@@ -47,6 +52,7 @@ class Clip:
     bframes: int | None
     mode: Literal["encode", "remux"]
     psnr: list[float] = field(default_factory=list)  # sampled frames; inf where identical
+    stats_rgb: np.ndarray | None = None  # [N, 3, h, w] uint8: the stats frames (encode_clip), when asked for
 
     def spec(self) -> dict:
         """The per-camera entry of the episode record json."""
@@ -108,20 +114,27 @@ def decode_clip(
 
 def encode_clip(
     frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str, episode: int,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None, method: str = FILTER,
+    stats_frames: Iterable[int] = (),
 ) -> Clip:
-    """Encode exactly ``length`` frames to an HEVC mp4 clip (see module doc); ``progress(1)`` after each frame."""
+    """Encode exactly ``length`` frames to an HEVC mp4 clip (see module doc); ``progress(1)`` after each frame.
+
+    ``size``: (height, width) to resize to with ``method`` (compile/resize.py); ``stats_frames``: frames whose
+    encoder input is kept as downsampled RGB for the camera's stats (compile/stats.py), in ``Clip.stats_rgb``.
+    """
     buf = io.BytesIO()
     tb = Fraction(1, fps)
     want = set(sample_indices(length, settings.psnr_frames))
     refs: dict[int, np.ndarray] = {}
+    for_stats = set(stats_frames)
+    rgb: list[np.ndarray] = []
     out = av.open(buf, "w", format="mp4", container_options=_MUX_OPTIONS)
     stream = None
     n = 0
     try:
         for frame in frames:
             if stream is None:
-                height, width = settings.resize or (frame.height, frame.width)
+                height, width = size or (frame.height, frame.width)
                 try:
                     params = settings.x265_params(height=height, width=width)
                 except ValueError as e:
@@ -134,11 +147,14 @@ def encode_clip(
                     "crf": str(settings.crf), "preset": settings.preset,
                     "x265-params": params,
                 }
-            if frame.format.name != "yuv420p" or (frame.height, frame.width) != (stream.height, stream.width):
-                frame = frame.reformat(width=stream.width, height=stream.height, format="yuv420p",
-                                       interpolation="AREA")
+            if (frame.height, frame.width) != (stream.height, stream.width):
+                frame = resize_frame(frame, stream.height, stream.width, method)
+            elif frame.format.name != "yuv420p":
+                frame = frame.reformat(format="yuv420p")
             if n in want:
                 refs[n] = frame.to_ndarray()
+            if n in for_stats:
+                rgb.append(downsample(frame.to_ndarray(format="rgb24").transpose(2, 0, 1)))
             frame.pts, frame.time_base = n, tb
             frame.pict_type = av.video.frame.PictureType.NONE  # a source keyframe must not force one here
             for packet in stream.encode(frame):
@@ -159,6 +175,7 @@ def encode_clip(
     return Clip(
         data=data, codec="hevc", height=stream.height, width=stream.width, frames=length, gop=settings.gop,
         bframes=settings.bframes, mode="encode", psnr=[psnr(refs[k], decoded[k]) for k in sorted(want)],
+        stats_rgb=np.stack(rgb) if rgb else None,
     )
 
 
@@ -178,19 +195,35 @@ def remux_clip(video: SourceVideo, packets: SpanPackets) -> bytes:
     return buf.getvalue()
 
 
-def can_remux(video: SourceVideo, settings: CompileSettings) -> bool:
-    """Stream copy is allowed for 8-bit 4:2:0 HEVC/H.264 sources unless re-encoding or resizing is asked."""
+def can_remux(video: SourceVideo, settings: CompileSettings, *, resizes: bool = False, step: int = 1) -> bool:
+    """Stream copy is allowed for 8-bit 4:2:0 HEVC/H.264 sources unless re-encoding, resizing (``resizes``: this
+    camera) or dropping frames (``step`` > 1) is asked."""
     return (
-        not settings.reencode and settings.resize is None and video.codec in REMUX_CODECS
+        not settings.reencode and not resizes and step == 1 and video.codec in REMUX_CODECS
         and video.ctx.pix_fmt == "yuv420p"
     )
 
 
 def transcode_span(
     video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None, method: str = FILTER,
+    step: int = 1, stats: bool = False,
 ) -> Clip:
-    """The clip of one episode x camera: stream copy when allowed and proven exact, else HEVC encode."""
+    """The clip of one episode x camera: stream copy when allowed and proven exact, else HEVC encode.
+
+    ``length`` source frames are decoded from ``from_s``; with ``step`` k only frames 0, k, 2k, ... are kept
+    (compile/resample.py) and the clip runs at ``video.fps / k``. ``size`` / ``method``: resize (resize.py).
+    ``stats``: keep the frames LeRobot samples for image stats (``Clip.stats_rgb``; stats.py).
+    """
+    if step > 1 or size is not None or stats:
+        kept = kept_length(length, step)
+        frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
+        try:
+            return encode_clip(frames, length=kept, fps=video.fps // step, settings=settings, where=where,
+                               episode=episode, progress=progress, size=size, method=method,
+                               stats_frames=stats_sample_indices(kept) if stats else ())
+        finally:
+            frames.close()
     fps = video.fps
     if video.keep_packets and can_remux(video, settings):
         packets = SpanPackets(packets=[])

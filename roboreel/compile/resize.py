@@ -1,0 +1,80 @@
+"""Resizing camera frames at compile time (``--resize``): the filter, and which size each camera gets.
+
+The target is what policies do after LeRobot's loader: ``torchvision.transforms.v2.functional.resize(frame,
+[H, W], antialias=True)`` on the decoded uint8 RGB frame, i.e. torch's antialiased bilinear interpolation
+(``torch.nn.functional.interpolate(mode="bilinear", antialias=True)``). Compile feeds x265 yuv420p, so a filter
+is scored by the PSNR of its yuv420p output (as a reader decodes it to RGB) against that reference. Measured
+with scripts/resize_filters.py (docs/format.md, "Resize and frame rate"): see ``FILTER`` for the choice.
+
+Depth maps are never averaged: a depth camera resizes with nearest neighbour (``DEPTH_FILTER``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import av
+import numpy as np
+
+from roboreel.formats import lerobot_v3 as v3
+from roboreel.formats.errors import SourceError
+
+SWS_FILTERS = {"area": "AREA", "bilinear": "BILINEAR", "bicubic": "BICUBIC", "lanczos": "LANCZOS",
+               "nearest": "POINT"}
+# swscale's bilinear on the yuv planes: on downscales its tent filter widens with the scale factor, which is what
+# torch's antialiased bilinear does, and it was the closest and the fastest candidate measured (docs/format.md).
+FILTER = "bilinear"
+DEPTH_FILTER = "nearest"
+
+
+def resize_frame(frame: av.VideoFrame, height: int, width: int, method: str = FILTER) -> av.VideoFrame:
+    """``frame`` as a yuv420p frame of ``height`` x ``width``, resized with ``method``.
+
+    ``torch``: RGB (swscale's yuv -> rgb24, as PyAV/torchcodec readers convert), torch's antialiased bilinear
+    interpolate on uint8 (exactly torchvision's ``resize(antialias=True)``), back to yuv420p. The others are
+    swscale filters applied to the yuv planes directly.
+    """
+    if method == "torch":
+        import torch  # only for this candidate (scripts/resize_filters.py)
+
+        rgb = torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1)[None]
+        small = torch.nn.functional.interpolate(rgb, size=(height, width), mode="bilinear", antialias=True)
+        out = av.VideoFrame.from_ndarray(np.ascontiguousarray(small[0].permute(1, 2, 0).numpy()), format="rgb24")
+        return out.reformat(format="yuv420p")
+    return frame.reformat(width=width, height=height, format="yuv420p", interpolation=SWS_FILTERS[method])
+
+
+def is_depth(feature: dict[str, Any]) -> bool:
+    """Whether a camera feature holds depth (LeRobot 0.6.1 flags ``info.is_depth_map``; older writers
+    ``info.video.is_depth_map``): such frames are resized with nearest neighbour, never averaged."""
+    info = feature.get("info") or {}
+    return bool(info.get("is_depth_map") or info.get("video.is_depth_map"))
+
+
+def camera_hw(feature: dict[str, Any]) -> tuple[int, int]:
+    """(height, width) of a video feature, from its ``info`` or its shape (HWC or CHW, by ``names``)."""
+    info = feature.get("info") or {}
+    if "video.height" in info and "video.width" in info:
+        return int(info["video.height"]), int(info["video.width"])
+    shape, names = list(feature.get("shape") or []), list(feature.get("names") or [])
+    if len(shape) == 3:
+        if names[:1] == ["channels"] or shape[0] in (1, 3) and shape[2] not in (1, 3):
+            return int(shape[1]), int(shape[2])
+        return int(shape[0]), int(shape[1])
+    raise SourceError(f"video feature has no height/width (shape {shape})", file=v3.INFO_PATH)
+
+
+def transform_record(settings: Any, info: Any, specs: list[Any]) -> dict[str, Any]:
+    """What roboreel.json's ``settings.transform`` says a resizing / resampling compile did (inspect and doctor
+    show it): source and output fps, and per camera its source size, written size and filter. Empty otherwise."""
+    if not settings.transforms:
+        return {}
+    fps = settings.fps or info.fps
+    cams = {}
+    for spec in specs:
+        feature = info.features[spec.key]
+        src = list(camera_hw(feature))
+        if [spec.height, spec.width] != src:
+            cams[spec.key] = {"source": src, "size": [spec.height, spec.width],
+                              "filter": DEPTH_FILTER if is_depth(feature) else FILTER}
+    return {"transform": {"source_fps": info.fps, "fps": fps, "frame_step": info.fps // fps, "cameras": cams}}
