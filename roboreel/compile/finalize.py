@@ -223,7 +223,7 @@ def finalize(out: str) -> Manifest:
         atomic_write(os.path.join(out, v3.TASKS_PATH), f.read())
     if settings.transforms:  # what was kept differs from the source: stats of the compiled frames and rows
         atomic_write(os.path.join(out, v3.STATS_PATH),
-                     (json.dumps(dataset_stats(cameras.stats), indent=4) + "\n").encode())
+                     (json.dumps(dataset_stats(cameras.stats, info.features), indent=4) + "\n").encode())
     elif snap.exists(v3.STATS_PATH):
         with snap.open(v3.STATS_PATH) as f:
             atomic_write(os.path.join(out, v3.STATS_PATH), f.read())

@@ -154,12 +154,26 @@ def from_json(stats: dict[str, dict[str, list]]) -> dict[str, dict[str, np.ndarr
     return {k: {s: np.asarray(v) for s, v in d.items()} for k, d in stats.items()}
 
 
-def dataset_stats(episodes: dict[int, dict[str, dict[str, list]]]) -> dict[str, dict[str, list]]:
+def stats_dtype(feature: dict[str, Any], stat: str) -> type:
+    """The dtype LeRobot's episode stat of a feature has in memory (what ``aggregate_stats`` then computes in):
+    quantiles float64 (interpolated on float64 bin edges); min/max/mean/std float32 for float32 columns and for
+    cameras (uint8 promoted to float32, divided by 255), float64 otherwise (int64 promoted); count int64. json
+    keeps the values exactly; this restores the dtype so aggregation rounds alike."""
+    if stat == "count":
+        return np.int64
+    if stat in _QKEYS:
+        return np.float64
+    return np.float32 if feature.get("dtype") in ("float32", "video", "image") else np.float64
+
+
+def dataset_stats(episodes: dict[int, dict[str, dict[str, list]]],
+                  features: dict[str, dict[str, Any]]) -> dict[str, dict[str, list]]:
     """stats.json from the episodes' stats (json form, by episode index): each feature aggregated over the
     episodes that have it, in episode order (LeRobot's ``aggregate_stats``)."""
     per_feature: dict[str, list[dict[str, np.ndarray]]] = {}
     for ep in sorted(episodes):
         for key, st in from_json(episodes[ep]).items():
+            st = {k: v.astype(stats_dtype(features.get(key, {}), k)) for k, v in st.items()}
             per_feature.setdefault(key, []).append(st)
     return to_json({key: aggregate(sts) for key, sts in sorted(per_feature.items())})
 
