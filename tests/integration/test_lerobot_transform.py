@@ -14,6 +14,7 @@ import json
 import math
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("lerobot.datasets.compute_stats", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
@@ -29,8 +30,8 @@ from lerobot.datasets.compute_stats import (  # noqa: E402
     sample_indices,
 )
 from lerobot.datasets.factory import resolve_delta_timestamps  # noqa: E402
-from lerobot.utils.feature_utils import dataset_to_policy_features  # noqa: E402
 from lerobot.policies.act.configuration_act import ACTConfig  # noqa: E402
+from lerobot.utils.feature_utils import dataset_to_policy_features  # noqa: E402
 
 from roboreel.compile import CompileSettings, compile_dataset  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
@@ -86,9 +87,7 @@ def test_stats_are_lerobots_compute_stats_of_what_was_kept(pair):
     lr = LeRobotDataset("local/synth", root=src)
     features = {k: v for k, v in lr.meta.features.items() if v["dtype"] not in ("video", "image")}
     table = lr.hf_dataset.with_format(None)
-    eps = [json.loads(json.dumps(r)) for r in
-           __import__("pyarrow.parquet", fromlist=["x"]).read_table(out / "meta/episodes/chunk-000/file-000.parquet")
-           .to_pylist()]
+    eps = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
     lr_uint8 = LeRobotDataset("local/synth", root=src, return_uint8=True)
     want_eps = []
     for e, meta in enumerate(eps):
