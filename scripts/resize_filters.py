@@ -9,7 +9,12 @@ does, and are scored by PSNR over the RGB frame (filter + 4:2:0 only; x265 adds 
 - swscale ``area`` / ``bilinear`` / ``bicubic`` / ``lanczos`` on the yuv420p source planes (PyAV ``reformat``);
 - ``torch``: decode to RGB, torch's antialiased interpolate, back to yuv420p (swscale).
 
-Usage: python scripts/resize_filters.py SRC_DATASET --size 224x224 [--frames 60] [--encode]
+With ``--compiled OUT`` (a ``--resize`` compile of SRC, any ``--fps``), it instead scores the compiled frames
+end to end (filter + 4:2:0 + x265) against the reference of the kept source frames: every ``--stride``-th
+sample, each camera.
+
+Usage: python scripts/resize_filters.py SRC_DATASET --size 224x224 [--frames 60]
+       python scripts/resize_filters.py SRC_DATASET --compiled OUT [--stride 5]
 """
 
 from __future__ import annotations
@@ -43,7 +48,11 @@ def main() -> None:
     ap.add_argument("--size", default="224x224")
     ap.add_argument("--frames", type=int, default=60)
     ap.add_argument("--check-torchvision", action="store_true")
+    ap.add_argument("--compiled", default=None)
+    ap.add_argument("--stride", type=int, default=5)
     a = ap.parse_args()
+    if a.compiled:
+        return end_to_end(a.src, a.compiled, a.stride)
     h, w = (int(x) for x in a.size.lower().split("x"))
     files = sorted(glob.glob(os.path.join(a.src, "videos", "**", "*.mp4"), recursive=True))
     filters = ["area", "bilinear", "bicubic", "lanczos", "torch"]
@@ -72,6 +81,30 @@ def main() -> None:
     for f in filters:
         s = scores[f]
         print(f"{f:9s} PSNR mean {np.mean(s):6.2f} dB  min {np.min(s):6.2f} dB  {1000 * secs[f] / n:6.2f} ms/frame")
+
+
+def end_to_end(src: str, compiled: str, stride: int) -> None:
+    """PSNR of compiled frames against the reference resize of the kept source frames (module doc)."""
+    from roboreel.bench.reference import ReferenceDataset
+    from roboreel.formats.lerobot_v3 import LeRobotSource
+    from roboreel.reader import CompiledDataset
+
+    ds = CompiledDataset(compiled, shuffle=False, return_uint8=True)
+    step = LeRobotSource(src).fps // ds.meta.fps
+    starts = {e.index: e.from_index for e in LeRobotSource(src).episodes}
+    ref = ReferenceDataset(src, return_uint8=True)
+    scores: dict[str, list[float]] = {}
+    for n, s in enumerate(ds):
+        if n % stride:
+            continue
+        want = ref[starts[int(s["episode_index"])] + int(s["frame_index"]) * step]
+        for cam in ds.camera_keys:
+            h, w = s[cam].shape[-2:]
+            r = reference(want[cam].permute(1, 2, 0).numpy(), h, w)
+            scores.setdefault(cam, []).append(_psnr(r, s[cam].permute(1, 2, 0).numpy()))
+    for cam, v in scores.items():
+        print(f"{cam}: {len(v)} frames, PSNR vs torchvision resize of the source frame: mean {np.mean(v):.2f} dB, "
+              f"min {np.min(v):.2f} dB")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from support.datasets import codes
 
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.compile.resample import check_transform
 from roboreel.compile.resize import DEPTH_FILTER, resize_frame
 from roboreel.doctor.dataset import check_dataset
 from roboreel.doctor.env import CudaInfo
@@ -198,6 +199,10 @@ def test_bad_options_are_refused_before_writing(pair, tmp_path):
     with pytest.raises(ValueError, match="positive even"):
         SETTINGS.replace(resize_cameras=((TOP, 63, 64),))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    features = {**LeRobotSource(str(src)).info.features, "observation.images.grip": {"dtype": "image"}}
+    with pytest.raises(ValueError, match=r"image features \['observation.images.grip'\] stored in the data"):
+        check_transform(features, 20, SETTINGS)
+    check_transform(features, 20, CompileSettings())  # no transform: parquet images are carried as they are
 
 
 def test_depth_frames_resize_nearest_never_averaged():

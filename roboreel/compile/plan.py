@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import pyarrow.parquet as pq
 
-from roboreel.compile.resample import frame_step
+from roboreel.compile.resample import check_transform, frame_step
 from roboreel.compile.resize import camera_hw
 from roboreel.compile.settings import CompileSettings, x265_size_params
 from roboreel.formats import lerobot_v3 as v3
@@ -84,7 +84,7 @@ def check_encodable(source: LeRobotSource, settings: CompileSettings) -> None:
     if unknown:
         raise ValueError(f"--resize names cameras {unknown} the source does not have; its cameras: "
                          f"{source.camera_keys}")
-    frame_step(source.fps, settings.fps)  # --fps must divide the source's
+    check_transform(source.info.features, source.fps, settings)  # --fps divides the source's; no parquet images
     for cam in source.camera_keys:
         feature = source.info.features[cam]
         codec = str((feature.get("info") or {}).get("video.codec", "")).lower()

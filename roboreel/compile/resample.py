@@ -69,3 +69,15 @@ def resample_rows(rows: pa.Table, *, step: int, from_index: int, fps: int) -> pa
             i = kept.column_names.index(name)
             kept = kept.set_column(i, kept.schema.field(i), pa.array(values).cast(kept.schema.field(i).type))
     return kept
+
+
+def check_transform(features: dict, fps: int, settings: object) -> None:
+    """Refuse (ValueError, before anything is written) what a resizing / resampling compile cannot carry
+    exactly: ``--fps`` must divide the source's, and image features stored in the data parquet would be neither
+    resized nor given recomputed stats (their normalisation stats would be lost), so they are refused loudly."""
+    frame_step(fps, getattr(settings, "fps", None))
+    images = sorted(k for k, f in features.items() if f.get("dtype") == "image")
+    if images and getattr(settings, "transforms", False):
+        raise ValueError(f"--resize / --fps cannot carry the image features {images} stored in the data parquet "
+                         f"({v3.INFO_PATH}): they would be neither resized nor given stats; compile without "
+                         "--resize / --fps")
