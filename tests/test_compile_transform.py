@@ -189,6 +189,21 @@ def test_parts_and_worker_counts_give_identical_bytes(pair, tmp_path):
         assert (out / rel).read_bytes() == (parts / rel).read_bytes(), rel
 
 
+def test_resume_remakes_a_lost_shard_identically(pair, tmp_path):
+    """A shard whose sidecar is gone is compiled again by a rerun (resume) into the very same bytes."""
+    src, out = pair
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    (copy / ".roboreel-parts/shard-000001.json").unlink()
+    (copy / "shards/shard-000001.tar").unlink()
+    (copy / "roboreel.json").unlink()
+    report = compile_dataset(str(src), str(copy), settings=SETTINGS, workers=1)
+    assert (report.shards_compiled, report.shards_skipped) == (1, 1)
+    for p in sorted(out.rglob("*")):
+        if p.is_file():
+            assert (copy / p.relative_to(out)).read_bytes() == p.read_bytes(), p
+
+
 def test_bad_options_are_refused_before_writing(pair, tmp_path):
     src, _ = pair
     with pytest.raises(ValueError, match=r"--fps 3 does not divide the source's 20 fps.*1, 2, 4, 5, 10, 20"):
