@@ -199,6 +199,8 @@ def test_resume_remakes_a_lost_shard_identically(pair, tmp_path):
     (copy / "roboreel.json").unlink()
     report = compile_dataset(str(src), str(copy), settings=SETTINGS, workers=1)
     assert (report.shards_compiled, report.shards_skipped) == (1, 1)
+    kept = sum(math.ceil(e.length / STEP) for e in LeRobotSource(str(src)).episodes)
+    assert (report.frames_out, report.fps_out) == (kept, 10) and f"({kept} kept at 10 fps)" in report.summary()
     for p in sorted(out.rglob("*")):
         if p.is_file():
             assert (copy / p.relative_to(out)).read_bytes() == p.read_bytes(), p

@@ -36,6 +36,7 @@ from roboreel.compile.plan import (
     part_shards,
     plan_shards,
 )
+from roboreel.compile.resample import frame_step, kept_length
 from roboreel.compile.schedule import run_inline, run_pool
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import ShardJob, forget_sources, shard_done, sweep_temps
@@ -77,6 +78,8 @@ class CompileReport:
     psnr_per_camera: dict[str, float] = field(default_factory=dict)
     input_bytes: int = 0  # the source bytes (video + rows) of this part's episodes
     clips_reused: int = 0  # clips an earlier, interrupted run had finished (not made again)
+    frames_out: int | None = None  # frames written, when --fps kept fewer than ``frames`` (source frames)
+    fps_out: int | None = None
 
     @property
     def size_ratio(self) -> float | None:
@@ -91,7 +94,9 @@ class CompileReport:
         size = f"{self.bytes / 1e6:.1f} MB" + (f" ({ratio:.2f}x the source's {self.input_bytes / 1e6:.1f} MB)"
                                                if ratio is not None else "")
         return (
-            f"{self.out}{part}: {self.episodes} episodes, {self.frames} frames, {self.shards} shards "
+            f"{self.out}{part}: {self.episodes} episodes, {self.frames} frames"
+            + (f" ({self.frames_out} kept at {self.fps_out} fps)" if self.frames_out is not None else "")
+            + f", {self.shards} shards "
             f"({self.shards_compiled} compiled, {self.shards_skipped} already done), {size}; "
             f"clips: {self.clips_encoded} encoded, {self.clips_remuxed} stream-copied"
             + (f" ({self.clips_reused} kept from an interrupted run)" if self.clips_reused else "")
@@ -224,6 +229,10 @@ def compile_dataset(
     report.cameras = len(source.camera_keys)
     report.input_bytes = round(sum(in_bytes[e] for i in mine for e in plan[i]))
     report.clips_reused = reused
+    step = frame_step(source.fps, settings.fps)
+    if step > 1:
+        report.frames_out = sum(kept_length(lengths[e], step) for i in mine for e in plan[i])
+        report.fps_out = source.fps // step
     log.info("%s", report.summary())
     return report
 
