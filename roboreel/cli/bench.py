@@ -64,6 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --source: compile it at full size and with --resize HxW (alternated), then read both "
                         "through roboreel.loader and LeRobotDataset + Resize(HxW) (--lerobot-python), uint8, "
                         "alternated (roboreel/bench/resize_bench.py)")
+    p.add_argument("--episodes-per-shard", type=int, default=None,
+                   help="with --resize-bench: episodes per shard of both compiles (default: size-based plan)")
     p.add_argument("--soak", type=int, default=None, metavar="EPOCHS",
                    help="soak: EPOCHS epochs with persistent workers, RSS of every process per epoch")
     p.add_argument("--soak-warmup", type=int, default=5, help="with --soak: epochs before growth is measured")
@@ -196,8 +198,11 @@ def _resize(args: argparse.Namespace, out: Path) -> int:
                     warmup_batches=args.warmup, warmup_epochs=args.warmup_epochs, batches=args.batches,
                     seconds=args.seconds, decode_threads=args.decode_threads)
     workers = max(int(x) for x in args.compile_workers.split(","))
+    from roboreel.compile import CompileSettings
+
     result = resize_benchmark(args.source, size=(h, w), out=out, cfg=cfg, repeats=args.repeats,
                               compile_repeats=args.compile_repeats, workers=workers,
+                              settings=CompileSettings(episodes_per_shard=args.episodes_per_shard),
                               lerobot_python=args.lerobot_python)
     (out / "resize.json").write_text(json.dumps(result, indent=1))
     print("\n" + markdown(result))
