@@ -25,8 +25,9 @@ from typing import Any
 
 from roboreel.compile.decode import SourceVideo
 from roboreel.compile.pack import atomic_write
+from roboreel.compile.plan import camera_hw
 from roboreel.compile.resample import frame_step
-from roboreel.compile.resize import DEPTH_FILTER, FILTER, camera_hw, is_depth
+from roboreel.compile.resize import DEPTH_FILTER, FILTER, is_depth
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.stats import image_stats
 from roboreel.compile.transcode import REMUX_CODECS, transcode_span

@@ -238,7 +238,7 @@ def finalize(out: str) -> Manifest:
         cameras=specs,
         tasks=tasks,
         source={**lock["source"], "codebase_version": info.raw.get("codebase_version")},
-        settings={**settings.to_dict(), **transform_record(settings, info, specs), "container": "mp4", "x265_params": {
+        settings={**settings.to_dict(), **transform_record(settings, info, specs, {c: camera_hw(info.features[c]) for c in cams}), "container": "mp4", "x265_params": {
             c.key: settings.x265_params(height=c.height, width=c.width) for c in specs if c.gop is not None}},
         created_by=f"roboreel {__version__}",
         index_files=descriptor,

@@ -16,9 +16,6 @@ from typing import Any
 import av
 import numpy as np
 
-from roboreel.formats import lerobot_v3 as v3
-from roboreel.formats.errors import SourceError
-
 SWS_FILTERS = {"area": "AREA", "bilinear": "BILINEAR", "bicubic": "BICUBIC", "lanczos": "LANCZOS",
                "nearest": "POINT"}
 # swscale's bilinear on the yuv planes: on downscales its tent filter widens with the scale factor, which is what
@@ -51,29 +48,18 @@ def is_depth(feature: dict[str, Any]) -> bool:
     return bool(info.get("is_depth_map") or info.get("video.is_depth_map"))
 
 
-def camera_hw(feature: dict[str, Any]) -> tuple[int, int]:
-    """(height, width) of a video feature, from its ``info`` or its shape (HWC or CHW, by ``names``)."""
-    info = feature.get("info") or {}
-    if "video.height" in info and "video.width" in info:
-        return int(info["video.height"]), int(info["video.width"])
-    shape, names = list(feature.get("shape") or []), list(feature.get("names") or [])
-    if len(shape) == 3:
-        if names[:1] == ["channels"] or shape[0] in (1, 3) and shape[2] not in (1, 3):
-            return int(shape[1]), int(shape[2])
-        return int(shape[0]), int(shape[1])
-    raise SourceError(f"video feature has no height/width (shape {shape})", file=v3.INFO_PATH)
-
-
-def transform_record(settings: Any, info: Any, specs: list[Any]) -> dict[str, Any]:
+def transform_record(settings: Any, info: Any, specs: list[Any],
+                     source_hw: dict[str, tuple[int, int]]) -> dict[str, Any]:
     """What roboreel.json's ``settings.transform`` says a resizing / resampling compile did (inspect and doctor
-    show it): source and output fps, and per camera its source size, written size and filter. Empty otherwise."""
+    show it): source and output fps, and per camera (``source_hw``: its source size) the size written and the
+    filter. Empty otherwise."""
     if not settings.transforms:
         return {}
     fps = settings.fps or info.fps
     cams = {}
     for spec in specs:
         feature = info.features[spec.key]
-        src = list(camera_hw(feature))
+        src = list(source_hw[spec.key])
         if [spec.height, spec.width] != src:
             cams[spec.key] = {"source": src, "size": [spec.height, spec.width],
                               "filter": DEPTH_FILTER if is_depth(feature) else FILTER}

@@ -149,8 +149,8 @@ def encode_clip(
                 }
             if (frame.height, frame.width) != (stream.height, stream.width):
                 frame = resize_frame(frame, stream.height, stream.width, method)
-            elif frame.format.name != "yuv420p":
-                frame = frame.reformat(format="yuv420p")
+            elif frame.format.name != "yuv420p":  # a pixel format conversion only (as before --resize filters)
+                frame = frame.reformat(format="yuv420p", interpolation="AREA")
             if n in want:
                 refs[n] = frame.to_ndarray()
             if n in for_stats:
@@ -195,13 +195,10 @@ def remux_clip(video: SourceVideo, packets: SpanPackets) -> bytes:
     return buf.getvalue()
 
 
-def can_remux(video: SourceVideo, settings: CompileSettings, *, resizes: bool = False, step: int = 1) -> bool:
-    """Stream copy is allowed for 8-bit 4:2:0 HEVC/H.264 sources unless re-encoding, resizing (``resizes``: this
-    camera) or dropping frames (``step`` > 1) is asked."""
-    return (
-        not settings.reencode and not resizes and step == 1 and video.codec in REMUX_CODECS
-        and video.ctx.pix_fmt == "yuv420p"
-    )
+def can_remux(video: SourceVideo, settings: CompileSettings) -> bool:
+    """Stream copy is allowed for 8-bit 4:2:0 HEVC/H.264 sources unless re-encoding is asked (a resized,
+    resampled or stats-gathering clip never gets here: ``transcode_span`` encodes it)."""
+    return not settings.reencode and video.codec in REMUX_CODECS and video.ctx.pix_fmt == "yuv420p"
 
 
 def transcode_span(
