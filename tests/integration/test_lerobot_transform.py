@@ -134,3 +134,28 @@ def test_a_policy_is_built_for_the_new_shapes_and_fps(pair):
     cfg.input_features = {k: f for k, f in feats.items() if k != "action"}
     cfg.output_features = {"action": feats["action"]}
     assert resolve_delta_timestamps(cfg, meta)["action"] == [i / 10 for i in range(4)]
+
+
+def test_lerobot_train_trains_on_the_new_shapes_and_grid(pair, tmp_path):
+    """``roboreel lerobot-train`` on the compile, with the usual ACT config: LeRobot's loop gets 128x128 frames
+    and actions chunked on the 10 fps grid (the batches CompiledDataset gives with delta_timestamps at 10 fps)."""
+    import itertools
+
+    from lerobot_support import ACT_CHUNK, TINY_ACT, run_train
+    from support.datasets import batch_indices
+
+    _, out = pair
+    batch, seed = 4, 7
+    run = run_train([*TINY_ACT, f"--dataset.root={out}", "--dataset.repo_id=local/synth", f"--batch_size={batch}",
+                     "--num_workers=0", "--steps=2", "--log_freq=1", f"--seed={seed}",
+                     f"--output_dir={tmp_path / 'train'}", "--wandb.enable=false"], tmp_path / "probe")
+    assert run.returncode == 0, run.log[-3000:]
+    assert "step:2 " in run.log and "End of training" in run.log
+    spec = run.batches()[0]["spec"]
+    assert spec[CAM] == [[batch, 3, 128, 128], "torch.uint8"]
+    assert spec["action"] == [[batch, ACT_CHUNK, 6], "torch.float32"]
+    ds = CompiledDataset(str(out), delta_timestamps={"action": [i / 10 for i in range(ACT_CHUNK)]},
+                         return_uint8=True, seed=seed, batch_size=batch)
+    ds.set_epoch(0)
+    want = [batch_indices(b) for b in itertools.islice(torch.utils.data.DataLoader(ds, batch_size=batch), 2)]
+    assert [b["index"] for b in run.batches()] == want
