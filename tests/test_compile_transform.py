@@ -231,3 +231,25 @@ def test_depth_frames_resize_nearest_never_averaged():
     luma, out = planes[:96], small[:48]
     assert np.array_equal(out, luma[::2, ::2]) or np.array_equal(out, luma[1::2, 1::2]), "not point-sampled"
     assert not np.array_equal(resize_frame(frame, 48, 64).to_ndarray()[:48], out)  # the default filter averages
+
+
+def test_an_unchanged_hevc_camera_is_still_copied_and_gets_stats(tmp_path):
+    """Resizing one camera of an HEVC source: the other camera's clips stay exact stream copies, and the stats
+    (recomputed for every feature of a transforming compile) include it, from its source frames."""
+    src = make_source(tmp_path / "src", episodes=2, min_length=12, max_length=14, codec="libx265")
+    out = tmp_path / "out"
+    settings = CompileSettings.for_tests().replace(resize_cameras=((TOP, 32, 48),))
+    report = compile_dataset(str(src), str(out), settings=settings, workers=1)
+    assert (report.clips_encoded, report.clips_remuxed) == (2, 2)
+    source = LeRobotSource(str(src))
+    ref = ReferenceDataset(str(src), return_uint8=True)
+    got = list(CompiledDataset(str(out), shuffle=False, return_uint8=True))
+    for i, g in enumerate(got):
+        assert torch.equal(g[WRIST], ref[i][WRIST])  # the copy: pixel-identical to the source decode
+        assert g[TOP].shape == (3, 32, 48)
+    stats = json.loads((out / "meta/stats.json").read_text())
+    assert stats[WRIST]["count"] == [sum(min(e.length, 100) for e in source.episodes)]
+    frames = torch.stack([g[WRIST] for g in got]).double() / 255
+    np.testing.assert_allclose(np.asarray(stats[WRIST]["mean"]).ravel(), frames.mean(dim=(0, 2, 3)), atol=1e-3)
+    report = validate(str(out))
+    assert report.verdict == "clean" and not report.findings, report.findings

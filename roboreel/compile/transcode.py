@@ -196,8 +196,8 @@ def remux_clip(video: SourceVideo, packets: SpanPackets) -> bytes:
 
 
 def can_remux(video: SourceVideo, settings: CompileSettings) -> bool:
-    """Stream copy is allowed for 8-bit 4:2:0 HEVC/H.264 sources unless re-encoding is asked (a resized,
-    resampled or stats-gathering clip never gets here: ``transcode_span`` encodes it)."""
+    """Stream copy is allowed for 8-bit 4:2:0 HEVC/H.264 sources unless re-encoding is asked (a resized or
+    resampled clip is always encoded: ``transcode_span``)."""
     return not settings.reencode and video.codec in REMUX_CODECS and video.ctx.pix_fmt == "yuv420p"
 
 
@@ -206,25 +206,22 @@ def transcode_span(
     progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None, method: str = FILTER,
     step: int = 1, stats: bool = False,
 ) -> Clip:
-    """The clip of one episode x camera: stream copy when allowed and proven exact, else HEVC encode.
+    """The clip of one episode x camera: stream copy when allowed (no resize, no step) and proven exact, else
+    HEVC encode.
 
     ``length`` source frames are decoded from ``from_s``; with ``step`` k only frames 0, k, 2k, ... are kept
     (compile/resample.py) and the clip runs at ``video.fps / k``. ``size`` / ``method``: resize (resize.py).
     ``stats``: keep the frames LeRobot samples for image stats (``Clip.stats_rgb``; stats.py).
     """
-    if step > 1 or size is not None or stats:
-        kept = kept_length(length, step)
-        frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
-        try:
-            return encode_clip(frames, length=kept, fps=video.fps // step, settings=settings, where=where,
-                               episode=episode, progress=progress, size=size, method=method,
-                               stats_frames=stats_sample_indices(kept) if stats else ())
-        finally:
-            frames.close()
     fps = video.fps
-    if video.keep_packets and can_remux(video, settings):
+    if step == 1 and size is None and video.keep_packets and can_remux(video, settings):
         packets = SpanPackets(packets=[])
-        source_digests = [_frame_digest(f) for f in video.frames(from_s, length, episode=episode, packets=packets)]
+        want = set(stats_sample_indices(length)) if stats else set()
+        source_digests, rgb = [], []
+        for k, f in enumerate(video.frames(from_s, length, episode=episode, packets=packets)):
+            source_digests.append(_frame_digest(f))
+            if k in want:  # a copied camera of a transforming compile still gets its stats (stats.py)
+                rgb.append(downsample(f.to_ndarray(format="rgb24").transpose(2, 0, 1)))
         if packets.closed:
             data = remux_clip(video, packets)
             _, clip_digests = decode_clip(data, length=length, fps=fps, digests=True, where=where, episode=episode)
@@ -233,10 +230,14 @@ def transcode_span(
                 return Clip(
                     data=data, codec=video.codec, height=video.stream.height, width=video.stream.width,
                     frames=length, gop=None, bframes=None, mode="remux", psnr=[math.inf] * n,
+                    stats_rgb=np.stack(rgb) if rgb else None,
                 )
-    frames = read_ahead(video.frames(from_s, length, episode=episode))  # decode on a thread, ahead of x265
+    kept = kept_length(length, step)
+    # decode on a thread, ahead of x265; with a step, every source frame is decoded and every k-th kept
+    frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
     try:
-        return encode_clip(frames, length=length, fps=fps, settings=settings, where=where, episode=episode,
-                           progress=progress)
+        return encode_clip(frames, length=kept, fps=fps // step, settings=settings, where=where, episode=episode,
+                           progress=progress, size=size, method=method,
+                           stats_frames=stats_sample_indices(kept) if stats else ())
     finally:
         frames.close()  # joins the decode thread before anyone touches `video` again
