@@ -253,3 +253,18 @@ def test_an_unchanged_hevc_camera_is_still_copied_and_gets_stats(tmp_path):
     np.testing.assert_allclose(np.asarray(stats[WRIST]["mean"]).ravel(), frames.mean(dim=(0, 2, 3)), atol=1e-3)
     report = validate(str(out))
     assert report.verdict == "clean" and not report.findings, report.findings
+
+
+def test_a_depth_camera_resizes_nearest_and_keeps_its_units(tmp_path):
+    """A camera flagged ``is_depth_map`` is resized with nearest neighbour (recorded as such) and its stats are
+    not divided by 255 (LeRobot keeps depth stats in stored units)."""
+    src = make_source(tmp_path / "src", episodes=2, min_length=12, max_length=14)
+    info = json.loads((src / "meta/info.json").read_text())
+    info["features"][WRIST]["info"]["is_depth_map"] = True
+    (src / "meta/info.json").write_text(json.dumps(info, indent=4))
+    out = tmp_path / "out"
+    compile_dataset(str(src), str(out), settings=CompileSettings.for_tests().replace(resize=(32, 32)), workers=1)
+    t = json.loads((out / "roboreel.json").read_text())["settings"]["transform"]["cameras"]
+    assert t[WRIST]["filter"] == "nearest" and t[TOP]["filter"] == "bilinear"
+    stats = json.loads((out / "meta/stats.json").read_text())
+    assert max(np.asarray(stats[WRIST]["max"]).ravel()) > 1.0 >= max(np.asarray(stats[TOP]["max"]).ravel())
