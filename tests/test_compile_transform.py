@@ -268,3 +268,22 @@ def test_a_depth_camera_resizes_nearest_and_keeps_its_units(tmp_path):
     assert t[WRIST]["filter"] == "nearest" and t[TOP]["filter"] == "bilinear"
     stats = json.loads((out / "meta/stats.json").read_text())
     assert max(np.asarray(stats[WRIST]["max"]).ravel()) > 1.0 >= max(np.asarray(stats[TOP]["max"]).ravel())
+
+
+def test_the_cli_options_make_the_same_compile(pair, tmp_path, capsys):
+    """``roboreel compile --resize HxW --resize KEY=HxW --fps N`` is SETTINGS: the very same bytes."""
+    from roboreel.cli import main
+
+    src, out = pair
+    cli = tmp_path / "cli"
+    base = ["compile", str(src), str(cli), "--preset", "ultrafast", "--episodes-per-shard", "2", "--workers", "1",
+            "--no-progress"]
+    assert main([*base, "--resize", "128x128", "--resize", f"{WRIST}=96x160", "--fps", "10"]) == 0
+    for p in sorted(out.rglob("*")):
+        if p.is_file():
+            assert (cli / p.relative_to(out)).read_bytes() == p.read_bytes(), p
+    assert main([*base[:2], str(tmp_path / "x"), *base[3:], "--fps", "3"]) == 2
+    assert "--fps 3 does not divide the source's 20 fps" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*base, "--resize", "128x"])
+    assert "--resize must be HxW or CAMERA=HxW" in capsys.readouterr().err
