@@ -27,6 +27,7 @@ import roboreel
 from roboreel.compile import CompileSettings, compile_dataset
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
+from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.reader import CompiledDataset
 from roboreel.reader.decode.depth import code_table
 from roboreel.synth import SynthConfig, synthesize
@@ -219,3 +220,46 @@ def test_depth_with_workers_and_transforms(pair):
         for i, idx in enumerate(x["index"].tolist()):
             assert torch.equal(x[DEPTH][i], expected(idx)) and torch.equal(y[DEPTH][i], expected(idx))
         assert float(x[RGB].max()) <= 0.5 and torch.equal(x[RGB], y[RGB])
+
+
+def test_depth_resized_and_resampled_stays_lossless(tmp_path):
+    """``--resize`` and ``--fps`` on a depth camera: every kept frame's depths are the source's, picked by nearest
+    neighbour (a 2x downscale takes one pixel of each 2x2 block, never a mean), at the kept source frame; the
+    clip is a lossless encode, its stats come from the kept frames in the recorded unit, and validate is clean."""
+    src = _source(tmp_path / "src")
+    out = tmp_path / "out"
+    _compile(src, out, resize=(H // 2, W // 2), fps=5)  # source 10 fps: frames 0, 2, 4, ... kept
+    ds = CompiledDataset(str(out), shuffle=False)
+    spec = {c.key: c for c in ds.manifest.cameras}[DEPTH]
+    assert (spec.height, spec.width, spec.pix_fmt) == (H // 2, W // 2, "gray12le")
+    source = LeRobotSource(str(src))
+    starts = np.cumsum([0] + [e.length for e in source.episodes])
+    picks = set()
+    n = 0
+    for s in ds:
+        full = expected(int(starts[int(s["episode_index"])] + 2 * int(s["frame_index"])))
+        got = s[DEPTH]
+        assert got.shape == (1, H // 2, W // 2)
+        match = [k for k, (r, c) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1)))
+                 if torch.equal(got, full[:, r::2, c::2])]
+        assert match, f"frame {int(s['index'])}: not a nearest-neighbour pick of its kept source frame"
+        picks.update(match)
+        n += 1
+    assert n == sum((e.length + 1) // 2 for e in source.episodes) and len(picks) == 1
+    rec = _clip_docs(out, DEPTH)
+    assert rec and all(d["info"]["lossless"] and d["info"]["mode"] == "encode" for d in rec)
+    stats = json.loads((out / "meta/stats.json").read_text())[DEPTH]
+    kept = torch.stack([s[DEPTH] for s in CompiledDataset(str(out), shuffle=False)])
+    assert stats["min"][0][0][0] <= float(kept.min()) and stats["max"][0][0][0] >= float(kept.max())
+    assert stats["max"][0][0][0] > 1.0  # millimetres, not divided by 255
+    assert validate(str(out)).verdict == "clean"
+
+
+def _clip_docs(out: Path, camera: str) -> list[dict]:
+    """The clip records compile kept for ``camera`` (``.roboreel-parts`` sidecars)."""
+    docs = []
+    for side in sorted((out / ".roboreel-parts").glob("shard-*.json")):
+        for clips in json.loads(side.read_text())["clips"].values():
+            if camera in clips:
+                docs.append({"info": clips[camera]})
+    return docs

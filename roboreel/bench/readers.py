@@ -108,9 +108,16 @@ def lerobot_available() -> tuple[bool, str]:
 
 
 def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int | None, seed: int,
-          decode_device: str = "cpu", storage_options: dict | None = None, uint8: bool = False) -> Built:
-    """Construct one reader's dataset for ``mode`` (``uint8``: camera frames as uint8, for every reader)."""
+          decode_device: str = "cpu", storage_options: dict | None = None, uint8: bool = False,
+          resize: tuple[int, int] | None = None) -> Built:
+    """Construct one reader's dataset for ``mode`` (``uint8``: camera frames as uint8, for every reader;
+    ``resize``: the source readers resize frames with torchvision's ``Resize(antialias=True)``)."""
     dts = delta_timestamps(mode)
+    transform = None
+    if resize is not None and reader in ("reference", "lerobot"):
+        from torchvision.transforms import v2  # LeRobot's venv has it (roboreel's does not need it)
+
+        transform = v2.Resize(list(resize), antialias=True)
     if reader in ("compiled", "loader", "loader_cl"):
         from roboreel.reader import CompiledDataset
         from roboreel.reader.options import DecodeOptions, StreamOptions
@@ -125,7 +132,8 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
     if reader == "reference":
         from roboreel.bench.reference import ReferenceDataset
 
-        ds = ReferenceDataset(source, delta_timestamps=dts, storage_options=storage_options, return_uint8=uint8)
+        ds = ReferenceDataset(source, delta_timestamps=dts, storage_options=storage_options, return_uint8=uint8,
+                              image_transforms=transform)
         return Built(TimedMap(ds), map_style=True, stats=getattr(ds, "stats", None),
                      camera_keys=tuple(ds.camera_keys))
     if reader == "lerobot":
@@ -134,7 +142,8 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
             raise RuntimeError(why)
         from lerobot.datasets.lerobot_dataset import LeRobotDataset  # type: ignore[import-not-found]
 
-        ds = LeRobotDataset(repo_id="local/bench", root=source, delta_timestamps=dts, return_uint8=uint8)
+        ds = LeRobotDataset(repo_id="local/bench", root=source, delta_timestamps=dts, return_uint8=uint8,
+                            image_transforms=transform)
         return Built(TimedMap(ds), map_style=True, camera_keys=tuple(getattr(ds.meta, "video_keys", []) or []))
     raise ValueError(f"reader must be one of {READERS}, got {reader!r}")
 

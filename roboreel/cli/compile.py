@@ -11,12 +11,26 @@ import argparse
 import os
 
 
-def _size(text: str) -> tuple[int, int]:
+def _size(text: str) -> tuple[str | None, int, int]:
+    """``HxW`` (every camera) or ``KEY=HxW`` (one camera) -> (KEY or None, H, W)."""
+    key, _, hw = text.rpartition("=")
     try:
-        h, w = (int(x) for x in text.lower().split("x"))
+        h, w = (int(x) for x in hw.lower().split("x"))
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"--resize must be HxW (e.g. 224x224), got {text!r}") from e
-    return h, w
+        raise argparse.ArgumentTypeError(
+            f"--resize must be HxW or CAMERA=HxW (e.g. 224x224, observation.images.top=240x320), got {text!r}"
+        ) from e
+    return key or None, h, w
+
+
+def resize_settings(sizes: list[tuple[str | None, int, int]] | None) -> dict:
+    """The ``resize`` / ``resize_cameras`` settings of repeated ``--resize`` options (one HxW for all at most)."""
+    sizes = sizes or []
+    every = [(h, w) for key, h, w in sizes if key is None]
+    if len(every) > 1:
+        raise ValueError(f"--resize HxW (every camera) given {len(every)} times: {every}")
+    return {"resize": every[0] if every else None,
+            "resize_cameras": tuple((key, h, w) for key, h, w in sizes if key is not None)}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +54,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bframes", type=int, default=d.bframes, help=f"B-frames (default {d.bframes})")
     p.add_argument("--codec", default=d.codec, choices=["hevc"], help="output codec")
     p.add_argument("--reencode", action="store_true", help="re-encode HEVC/H.264 sources instead of copying")
-    p.add_argument("--resize", type=_size, default=None, metavar="HxW", help="resize every camera to HxW")
+    p.add_argument("--resize", type=_size, action="append", default=None, metavar="[CAMERA=]HxW",
+                   help="resize every camera to HxW, or CAMERA to HxW (repeatable; a camera's own size wins); "
+                        "antialiased like torchvision's resize(antialias=True), depth maps nearest neighbour "
+                        "(docs/format.md, Resize and frame rate)")
+    p.add_argument("--fps", type=int, default=None, metavar="N",
+                   help="output frame rate N, dividing the source's: each episode keeps frames 0, k, 2k, ... "
+                        "(k = source fps / N); rows, indices, timestamps and stats follow")
     p.add_argument("--shard-size-mb", type=float, default=d.shard_size_mb,
                    help=f"upper bound on a shard's size (default {d.shard_size_mb:g} MB); the shard count is "
                         "then rounded up to a multiple of 24 (or 8, 4, 2) so readers split shards evenly")
@@ -84,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     src, out = args.paths
     settings = CompileSettings(
         codec=args.codec, crf=args.crf, preset=args.preset, gop=args.gop, bframes=args.bframes,
-        reencode=args.reencode, resize=args.resize, shard_size_mb=args.shard_size_mb,
+        reencode=args.reencode, **resize_settings(args.resize), fps=args.fps, shard_size_mb=args.shard_size_mb,
         episodes_per_shard=args.episodes_per_shard, psnr_frames=args.psnr_frames, loop_filters=args.loop_filters,
         min_psnr=args.min_psnr, remux_max_gop=args.remux_max_gop,
     )

@@ -27,7 +27,11 @@ from roboreel.compile.copypolicy import REMUX_CODECS
 from roboreel.compile.decode import SourceVideo
 from roboreel.compile.depth import transcode_depth
 from roboreel.compile.pack import atomic_write
+from roboreel.compile.plan import camera_hw
+from roboreel.compile.resample import frame_step
+from roboreel.compile.resize import FILTER
 from roboreel.compile.settings import CompileSettings
+from roboreel.compile.stats import image_stats
 from roboreel.compile.transcode import transcode_span
 from roboreel.formats.atomic import TMP_SUFFIX
 from roboreel.formats.depth import is_depth
@@ -170,11 +174,19 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
     span = ep.videos[job.camera]
     video = _video(source, span.path, episode=ep.index, threads=job.decode_threads, settings=job.settings)
     ticks = _Ticker(on_frames)
-    feature = source.info.features.get(job.camera) or {}
-    transcode = transcode_depth if is_depth(feature) else transcode_span  # depth never takes the RGB path
+    settings, feature = job.settings, source.info.features[job.camera]
+    step = frame_step(source.fps, settings.fps)
+    depth = is_depth(feature)
+    size = settings.camera_size(job.camera, camera_hw(feature)) if settings.resizes(job.camera) else None
     try:
-        clip = transcode(video, from_s=span.from_timestamp, length=ep.length, settings=job.settings,
-                         episode=ep.index, where=span.path, progress=ticks.add)
+        if depth:  # depth never takes the RGB path: its codes are carried exactly (depth.py)
+            clip = transcode_depth(video, from_s=span.from_timestamp, length=ep.length, settings=settings,
+                                   episode=ep.index, where=span.path, progress=ticks.add, size=size, step=step,
+                                   feature=feature if settings.transforms else None)
+        else:
+            clip = transcode_span(video, from_s=span.from_timestamp, length=ep.length, settings=settings,
+                                  episode=ep.index, where=span.path, progress=ticks.add, size=size, method=FILTER,
+                                  step=step, stats=settings.transforms)
     except BaseException:
         _drop_video(source, span.path)  # its position is no longer trusted
         raise
@@ -187,6 +199,8 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
                  "psnr_min": None if clip.psnr_min == float("inf") else round(clip.psnr_min, 4),
                  "psnr_checked": clip.psnr_checked},
     }
+    if clip.stats_rgb is not None:  # a transforming compile: the camera's episode stats (stats.py)
+        doc["stats"] = {k: v.tolist() for k, v in image_stats(clip.stats_rgb, depth=depth).items()}
     mp4, meta = clip_paths(job.shard, job.episode, job.camera)
     atomic_write(os.path.join(job.out, mp4), clip.data)
     atomic_write(os.path.join(job.out, meta), (json.dumps(doc, indent=1) + "\n").encode())

@@ -24,8 +24,11 @@ from roboreel._version import __version__
 from roboreel.compile.outdir import read_lock, snapshot_source
 from roboreel.compile.pack import atomic_write, remove_stale_temps
 from roboreel.compile.plan import camera_hw
+from roboreel.compile.resample import frame_step, kept_length
+from roboreel.compile.resize import transform_record
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import entry_from_dict, shard_done
+from roboreel.compile.stats import dataset_stats, episode_columns
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.depth import DEPTH_CHANNELS, is_depth
 from roboreel.formats.errors import CompiledFormatError
@@ -58,8 +61,10 @@ class _Cameras:
         self.seen: dict[str, dict[str, set]] = {c: {"size": set(), "codec": set(), "gop": set(), "bframes": set(),
                                                     "pix_fmt": set()}
                                                 for c in cams}
+        self.stats: dict[int, dict[str, Any]] = {}  # episode -> its stats, when the compile transformed (stats.py)
 
     def add(self, side: dict[str, Any]) -> None:
+        self.stats.update({int(ep): st for ep, st in (side.get("stats") or {}).items()})
         for clips in side["clips"].values():
             for cam in self.cams:
                 i, seen = clips[cam], self.seen[cam]
@@ -125,8 +130,9 @@ def write_shard_index(out: str, lock: dict[str, Any], cams: list[str]) -> tuple[
     return descriptor, acc, np.asarray(ids, dtype=np.int64), np.asarray(shard_of, dtype=np.int64)
 
 
-def compiled_features(features: dict[str, Any], specs: list[CameraSpec], settings: CompileSettings) -> dict:
-    """The source feature dict with camera entries describing the compiled clips."""
+def compiled_features(features: dict[str, Any], specs: list[CameraSpec], settings: CompileSettings,
+                      fps: int) -> dict:
+    """The source feature dict with camera entries describing the compiled clips (``fps``: their rate)."""
     feats = copy.deepcopy(features)
     for spec in specs:
         f = feats[spec.key]
@@ -141,6 +147,8 @@ def compiled_features(features: dict[str, Any], specs: list[CameraSpec], setting
                      "video.pix_fmt": spec.pix_fmt})
         if "video.channels" in info or is_depth(f):
             info["video.channels"] = DEPTH_CHANNELS if is_depth(f) else 3
+        if "video.fps" in info:
+            info["video.fps"] = fps
         if spec.gop is not None:  # re-encoded (stream-copied clips keep the source's encoder settings)
             info.update({"video.g": spec.gop, "video.bframes": spec.bframes})
             if is_depth(f):  # lossless: no CRF; LeRobot's own depth writer records these options
@@ -152,18 +160,27 @@ def compiled_features(features: dict[str, Any], specs: list[CameraSpec], setting
 
 
 def _episodes_table(snapshot, lock: dict, ids: np.ndarray, shard_of: np.ndarray, cams: list[str],
-                    fps: int) -> pa.Table:
+                    fps: int, step: int = 1, stats: dict[int, dict[str, Any]] | None = None) -> pa.Table:
+    """meta/episodes for the compiled layout; with ``step`` > 1 lengths and indices on the new grid
+    (resample.py), with ``stats`` its ``stats/`` columns replaced by the recomputed ones (stats.py)."""
     tables = [read_parquet(snapshot.fs, snapshot.path(rel), rel) for rel in snapshot.episode_files()]
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
     table = table.take(pc.sort_indices(table, [("episode_index", "ascending")]))
     cs = int(lock["chunks_size"])
     eps = table.column("episode_index").to_pylist()
-    lengths = table.column("length").to_pylist()
+    lengths = [kept_length(n, step) for n in table.column("length").to_pylist()]
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64).tolist()
     shard = [int(x) for x in shard_of[np.searchsorted(ids, eps)]] if len(ids) else []
     cols: dict[str, list] = {
         "data/chunk_index": [s // cs for s in shard], "data/file_index": [s % cs for s in shard],
         "meta/episodes/chunk_index": [0] * len(eps), "meta/episodes/file_index": [0] * len(eps),
     }
+    if step > 1:
+        cols |= {"length": lengths, "dataset_from_index": starts[:-1], "dataset_to_index": starts[1:]}
+    if stats is not None:
+        table = table.drop_columns([n for n in table.column_names if n.startswith("stats/")])
+        for name, values in episode_columns(eps, stats).items():
+            table = table.append_column(name, pa.array(values))
     for cam in cams:
         cols[f"videos/{cam}/chunk_index"] = [e // cs for e in eps]
         cols[f"videos/{cam}/file_index"] = [e % cs for e in eps]
@@ -197,13 +214,16 @@ def finalize(out: str) -> Manifest:
                 os.unlink(os.path.join(d, name))
     descriptor, cameras, ids, shard_of = write_shard_index(out, lock, cams)
     specs = cameras.specs()
-    features = compiled_features(info.features, specs, settings)
+    step = frame_step(info.fps, settings.fps)
+    fps = info.fps // step
+    features = compiled_features(info.features, specs, settings, fps)
     tasks = snap.tasks
     new_info = {
         **info.raw,
         "total_episodes": int(descriptor["episodes_total"]),
         "total_frames": int(descriptor["frames_total"]),
         "total_tasks": len(tasks),
+        "fps": fps,
         "chunks_size": int(lock["chunks_size"]),
         "data_path": v3.DEFAULT_DATA_PATH,
         "video_path": v3.DEFAULT_VIDEO_PATH if cams else None,
@@ -212,20 +232,24 @@ def finalize(out: str) -> Manifest:
     atomic_write(os.path.join(out, v3.INFO_PATH), (json.dumps(new_info, indent=4) + "\n").encode())
     with snap.open(v3.TASKS_PATH) as f:
         atomic_write(os.path.join(out, v3.TASKS_PATH), f.read())
-    if snap.exists(v3.STATS_PATH):
+    if settings.transforms:  # what was kept differs from the source: stats of the compiled frames and rows
+        atomic_write(os.path.join(out, v3.STATS_PATH),
+                     (json.dumps(dataset_stats(cameras.stats, info.features), indent=4) + "\n").encode())
+    elif snap.exists(v3.STATS_PATH):
         with snap.open(v3.STATS_PATH) as f:
             atomic_write(os.path.join(out, v3.STATS_PATH), f.read())
-    episodes = _episodes_table(snap, lock, ids, shard_of, cams, info.fps)
+    episodes = _episodes_table(snap, lock, ids, shard_of, cams, fps, step,
+                               cameras.stats if settings.transforms else None)
     atomic_write(os.path.join(out, v3.EPISODES_PATH.format(chunk_index=0, file_index=0)),
                  table_to_parquet_bytes(episodes))
 
     manifest = Manifest(
-        fps=info.fps,
+        fps=fps,
         features=features,
         cameras=specs,
         tasks=tasks,
         source={**lock["source"], "codebase_version": info.raw.get("codebase_version")},
-        settings={**settings.to_dict(), "container": "mp4", "x265_params": {
+        settings={**settings.to_dict(), **transform_record(settings, info, specs, {c: camera_hw(info.features[c]) for c in cams}), "container": "mp4", "x265_params": {
             c.key: settings.x265_params(height=c.height, width=c.width) for c in specs if c.gop is not None}},
         created_by=f"roboreel {__version__}",
         index_files=descriptor,

@@ -37,6 +37,7 @@ from roboreel.compile.plan import (
     part_shards,
     plan_shards,
 )
+from roboreel.compile.resample import frame_step, kept_length
 from roboreel.compile.schedule import run_inline, run_pool
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import ShardJob, forget_sources, shard_done, sweep_temps
@@ -80,6 +81,8 @@ class CompileReport:
     clips_reused: int = 0  # clips an earlier, interrupted run had finished (not made again)
     reencode_reasons: dict[str, int] = field(default_factory=dict)  # why clips were re-encoded -> how many
     clips_lossless: int = 0  # clips proven identical to the source decode (stream copies, lossless depth)
+    frames_out: int | None = None  # frames written, when --fps kept fewer than ``frames`` (source frames)
+    fps_out: int | None = None
 
     @property
     def size_ratio(self) -> float | None:
@@ -94,7 +97,9 @@ class CompileReport:
         size = f"{self.bytes / 1e6:.1f} MB" + (f" ({ratio:.2f}x the source's {self.input_bytes / 1e6:.1f} MB)"
                                                if ratio is not None else "")
         return (
-            f"{self.out}{part}: {self.episodes} episodes, {self.frames} frames, {self.shards} shards "
+            f"{self.out}{part}: {self.episodes} episodes, {self.frames} frames"
+            + (f" ({self.frames_out} kept at {self.fps_out} fps)" if self.frames_out is not None else "")
+            + f", {self.shards} shards "
             f"({self.shards_compiled} compiled, {self.shards_skipped} already done), {size}; "
             f"clips: {self.clips_encoded} encoded, {self.clips_remuxed} stream-copied"
             + (f" ({self.clips_reused} kept from an interrupted run)" if self.clips_reused else "")
@@ -159,8 +164,8 @@ def compile_dataset(
         check_encodable(source, settings)
         est = estimate_episode_bytes(source, episodes, settings)
         plan = plan_shards(episodes, est, settings)
-        in_bytes = est if settings.resize is None else estimate_episode_bytes(source, episodes,
-                                                                                settings.replace(resize=None))
+        in_bytes = est if not settings.transforms else estimate_episode_bytes(
+            source, episodes, settings.replace(resize=None, resize_cameras=(), fps=None))
         chunks_size = int(source.info.raw.get("chunks_size") or 1000)
         lock = make_lock(url=source.url, fingerprint=source.fingerprint(), settings=settings,
                          chunks_size=chunks_size, shards=plan, files=source_files(source, threads=max(2, workers)))
@@ -229,6 +234,10 @@ def compile_dataset(
     report.cameras = len(source.camera_keys)
     report.input_bytes = round(sum(in_bytes[e] for i in mine for e in plan[i]))
     report.clips_reused = reused
+    step = frame_step(source.fps, settings.fps)
+    if step > 1:
+        report.frames_out = sum(kept_length(lengths[e], step) for i in mine for e in plan[i])
+        report.fps_out = source.fps // step
     log.info("%s", report.summary())
     return report
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from roboreel.compile.resample import check_transform, frame_step
 from roboreel.compile.settings import CompileSettings, x265_size_params
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import SourceError
@@ -92,12 +93,18 @@ def check_encodable(source: LeRobotSource, settings: CompileSettings) -> None:
     Cameras whose info says HEVC/H.264 may be stream-copied instead, so only the others (or all, when
     re-encoding or resizing) are checked here; a copy that falls back to encoding is checked when it happens.
     """
+    unknown = sorted({key for key, _, _ in settings.resize_cameras} - set(source.camera_keys))
+    if unknown:
+        raise ValueError(f"--resize names cameras {unknown} the source does not have; its cameras: "
+                         f"{source.camera_keys}")
+    check_transform(source.info.features, source.fps, settings)  # --fps divides the source's; no parquet images
     for cam in source.camera_keys:
         feature = source.info.features[cam]
         codec = str((feature.get("info") or {}).get("video.codec", "")).lower()
-        if codec in ("hevc", "h265", "h264", "avc") and not settings.reencode and settings.resize is None:
+        if (codec in ("hevc", "h265", "h264", "avc") and not settings.reencode and not settings.resizes(cam)
+                and frame_step(source.fps, settings.fps) == 1):
             continue
-        h, w = settings.resize or camera_hw(feature)
+        h, w = settings.camera_size(cam, camera_hw(source.info.features[cam]))
         try:
             x265_size_params(height=h, width=w)
         except ValueError as e:
@@ -109,7 +116,8 @@ def check_encodable(source: LeRobotSource, settings: CompileSettings) -> None:
 def estimate_episode_bytes(
     source: LeRobotSource, episodes: list[EpisodeMeta], settings: CompileSettings
 ) -> dict[int, float]:
-    """Each episode's share of its source files' bytes (video by frames, rows by rows), scaled by any resize.
+    """Each episode's share of its source files' bytes (video by frames, rows by rows), video scaled by any
+    resize and frame rate.
 
     Only a planning estimate: compiled clips differ from the source's size, but proportionally to it.
     """
@@ -127,9 +135,11 @@ def estimate_episode_bytes(
                          {s.path for s in e.videos.values()})
             raise SourceError("missing file", file=rel, episode=owner) from err
     scale = {}
+    step = frame_step(source.fps, settings.fps)
     for cam in source.camera_keys:
         h, w = camera_hw(source.info.features[cam])
-        scale[cam] = (settings.resize[0] * settings.resize[1]) / (h * w) if settings.resize else 1.0
+        th, tw = settings.camera_size(cam, (h, w))
+        scale[cam] = th * tw / (h * w) / step
     out = {}
     for e in episodes:
         est = e.length * sizes[e.data_path] / frames_in[e.data_path]

@@ -50,7 +50,10 @@ class CompileSettings:
     gop: int = 10  # keyframe interval in frames; closed GOPs, so any frame decodes from <= gop - 1 predecessors
     bframes: int = 0  # B-frames make random access decode frames out of order and add latency: off by default
     reencode: bool = False  # force re-encoding of HEVC/H.264 sources that could be stream-copied
-    resize: tuple[int, int] | None = None  # (height, width), even numbers (yuv420p)
+    resize: tuple[int, int] | None = None  # (height, width) of every camera, even numbers (yuv420p)
+    # (camera, height, width) per camera, over ``resize``; sorted by camera (compile/resize.py)
+    resize_cameras: tuple[tuple[str, int, int], ...] = ()
+    fps: int | None = None  # output frame rate; must divide the source's (compile/resample.py keeps every k-th frame)
     shard_size_mb: float = 128.0  # target shard size; a shard holds whole episodes, so sizes vary around it
     episodes_per_shard: int | None = None  # when set, overrides size-based planning
     psnr_frames: int = 4  # frames per re-encoded clip compared with the source decode for the PSNR report
@@ -79,6 +82,19 @@ class CompileSettings:
             if len(size) != 2 or any(not isinstance(v, int) or v <= 0 or v % 2 for v in size):
                 raise ValueError(f"resize must be (height, width), positive even integers, got {self.resize!r}")
             object.__setattr__(self, "resize", size)
+        cams = []
+        for item in (self.resize_cameras.items() if isinstance(self.resize_cameras, dict) else self.resize_cameras):
+            key, *hw = item if len(item) == 3 else (item[0], *item[1])
+            if not isinstance(key, str) or not key or len(hw) != 2 or any(
+                    not isinstance(v, int) or v <= 0 or v % 2 for v in hw):
+                raise ValueError(f"resize_cameras entries must be (camera, height, width) with positive even sizes, "
+                                 f"got {item!r}")
+            cams.append((key, int(hw[0]), int(hw[1])))
+        if len({c[0] for c in cams}) != len(cams):
+            raise ValueError(f"resize_cameras names a camera twice: {sorted(c[0] for c in cams)}")
+        object.__setattr__(self, "resize_cameras", tuple(sorted(cams)))
+        if self.fps is not None and (not isinstance(self.fps, int) or isinstance(self.fps, bool) or self.fps <= 0):
+            raise ValueError(f"fps must be None or a positive integer, got {self.fps!r}")
         if not self.shard_size_mb > 0:
             raise ValueError(f"shard_size_mb must be > 0, got {self.shard_size_mb!r}")
         if self.episodes_per_shard is not None and (
@@ -98,6 +114,22 @@ class CompileSettings:
     def for_tests(cls) -> CompileSettings:
         """Fast settings for tests: fastest preset, two episodes per shard (so tiny datasets get several shards)."""
         return cls(preset="ultrafast", episodes_per_shard=2)
+
+    def camera_size(self, camera: str, source_hw: tuple[int, int]) -> tuple[int, int]:
+        """The (height, width) ``camera`` is written at: its own ``resize_cameras`` entry, else ``resize``, else
+        the source's."""
+        own = next(((h, w) for key, h, w in self.resize_cameras if key == camera), None)
+        return own or self.resize or tuple(source_hw)
+
+    def resizes(self, camera: str) -> bool:
+        """Whether ``camera`` is asked for a size (then its frames are always re-encoded, never stream-copied)."""
+        return self.resize is not None or any(key == camera for key, _, _ in self.resize_cameras)
+
+    @property
+    def transforms(self) -> bool:
+        """Whether the output differs from the source in more than encoding (size or frame rate): then stats are
+        recomputed for what is written (compile/stats.py)."""
+        return self.resize is not None or bool(self.resize_cameras) or self.fps is not None
 
     def x265_params(self, *, height: int | None = None, width: int | None = None) -> str:
         """The x265 parameter string for frames of ``height`` x ``width`` (see ``x265_size_params``; without a
@@ -125,6 +157,7 @@ class CompileSettings:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["resize"] = list(self.resize) if self.resize is not None else None
+        d["resize_cameras"] = {key: [h, w] for key, h, w in self.resize_cameras}
         return d
 
     @classmethod
@@ -139,6 +172,7 @@ class CompileSettings:
         kw.setdefault("remux_max_gop", 1 << 30)  # ... and before the GOP policy: any closed span was copied
         if kw.get("resize") is not None:
             kw["resize"] = tuple(kw["resize"])
+        kw["resize_cameras"] = tuple((key, *hw) for key, hw in (kw.get("resize_cameras") or {}).items())
         return cls(**kw)
 
     def replace(self, **changes: Any) -> CompileSettings:

@@ -28,8 +28,11 @@ from roboreel.compile.clips import (
     worker_source,
 )
 from roboreel.compile.pack import ShardWriter, atomic_write, remove_stale_temps
+from roboreel.compile.resample import frame_step, resample_episodes, resample_rows
 from roboreel.compile.rowgroups import write_episode_rows
 from roboreel.compile.settings import CompileSettings
+from roboreel.compile.stats import rows_stats
+from roboreel.compile.stats import to_json as stats_json
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.manifest import EpisodeEntry, MemberInfo
@@ -108,12 +111,18 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
     source = worker_source(job.src, job.storage_options, retries=job.retries, backoff_s=job.backoff_s)
     tar_rel, data_rel, side_rel = shard_files(job.shard, job.chunks_size)
     sweep_temps(job.out, job.shard, job.chunks_size)
-    entries, clips_info, tables = [], {}, []
+    entries, clips_info, tables, stats = [], {}, [], {}
+    step = frame_step(source.fps, job.settings.fps)
+    grid = {e.index: e for e in resample_episodes(source.episodes, step)}  # lengths and indices on the new grid
     with ShardWriter(os.path.join(job.out, tar_rel)) as writer:
         for ep_index in job.episodes:
-            ep = source.episode(ep_index)
-            rows = source.episode_rows(ep)
+            src_ep, ep = source.episode(ep_index), grid[ep_index]
+            rows = resample_rows(source.episode_rows(src_ep), step=step, from_index=ep.from_index,
+                                 fps=source.fps // step)
             record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, job, on_frames)
+            if job.settings.transforms:  # stats of what was kept (stats.py): rows here, cameras from the clips
+                stats[str(ep.index)] = {**stats_json(rows_stats(rows, source.info.features)),
+                                        **{cam: c.pop("stats") for cam, c in clips_info[str(ep.index)].items()}}
             members = writer.add(record)
             entries.append(EpisodeEntry(
                 index=ep.index, length=ep.length, from_index=ep.from_index, to_index=ep.to_index,
@@ -130,6 +139,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
         "data": {"path": data_rel, "size": data_size, "sha256": data_sha},
         "entries": [asdict(e) for e in entries],
         "clips": clips_info,
+        **({"stats": stats} if job.settings.transforms else {}),
     }
     atomic_write(os.path.join(job.out, side_rel), (json.dumps(side, indent=1) + "\n").encode())
     remove_clips(job.out, job.shard)
@@ -155,17 +165,19 @@ def _episode_record(
     clips, info = {}, {}
     for cam in source.camera_keys:
         clips[cam], doc = _clip(source, job, ep.index, cam, on_frames)
-        info[cam] = doc["info"]
+        info[cam] = {**doc["info"], **({"stats": doc["stats"]} if "stats" in doc else {})}
     meta = {
         "episode_index": ep.index, "length": ep.length, "dataset_from_index": ep.from_index,
-        "dataset_to_index": ep.to_index, "tasks": list(ep.tasks), "fps": source.fps,
+        "dataset_to_index": ep.to_index, "tasks": list(ep.tasks),
+        "fps": source.fps // frame_step(source.fps, job.settings.fps),
         "cameras": {cam: _spec(info[cam]) for cam in source.camera_keys},
     }
     return EpisodeRecord(index=ep.index, meta=meta, rows=rows, clips=clips), info
 
 
 def _spec(info: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in info.items() if k not in ("mode", "psnr", "why", "crf", "psnr_min", "psnr_checked")}
+    return {k: v for k, v in info.items()
+            if k not in ("mode", "psnr", "why", "crf", "psnr_min", "psnr_checked", "stats")}
 
 
 def entry_from_dict(d: dict[str, Any]) -> EpisodeEntry:

@@ -7,6 +7,8 @@ Two paths:
   keyframe interval over ``remux_max_gop`` (copypolicy.py) is stream-copied with timestamps rebased to 0, then
   proven pixel-identical to the source decode (else re-encoded).
 
+A resized (``size``, compile/resize.py) or resampled (``step``, compile/resample.py) span is always encoded.
+
 Every clip is decoded once after writing: it must hold exactly ``length`` frames at pts k/fps, in order.
 PSNR is measured against the encoder's input (the source decode, resized when resizing), over all three yuv420p
 planes, as ffmpeg's psnr filter reports "average": on every frame while their references fit in 64 MiB (e.g.
@@ -23,6 +25,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import islice
 from typing import Literal
 
 import av
@@ -31,7 +34,11 @@ import numpy as np
 from roboreel.compile.copypolicy import codec_refusal, gop_refusal
 from roboreel.compile.decode import SourceVideo, SpanPackets
 from roboreel.compile.overlap import read_ahead
+from roboreel.compile.resample import kept_length
+from roboreel.compile.resize import FILTER, resize_frame
 from roboreel.compile.settings import CompileSettings
+from roboreel.compile.stats import downsample
+from roboreel.compile.stats import sample_indices as stats_sample_indices
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 
 _PSNR_REF_BYTES = 64 << 20  # decoded reference frames one encode keeps for the PSNR floor (see _psnr_stride)
@@ -58,6 +65,7 @@ class Clip:
     crf: int | None = None  # the CRF a re-encode used (the settings' own, or lower to reach the PSNR floor)
     psnr_min: float = math.inf  # lowest PSNR of every frame checked against the floor
     psnr_checked: int = 0  # how many frames that was
+    stats_rgb: np.ndarray | None = None  # [N, 3, h, w] uint8: the stats frames (encode_clip), when asked for
 
     def spec(self) -> dict:
         """The per-camera entry of the episode record json."""
@@ -130,24 +138,29 @@ def _psnr_stride(length: int, frame_bytes: int, settings: CompileSettings) -> in
 
 def encode_clip(
     frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str, episode: int,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None, method: str = FILTER,
+    stats_frames: Iterable[int] = (),
 ) -> Clip:
     """Encode exactly ``length`` frames to an HEVC mp4 clip (see module doc); ``progress(1)`` after each frame.
 
     ``Clip.psnr`` holds the ``psnr_frames`` evenly spaced frames the compile report averages; ``Clip.psnr_min``
-    the lowest PSNR of every frame checked against the floor (``_psnr_stride``)."""
+    the lowest PSNR of every frame checked against the floor (``_psnr_stride``). ``size``: (height, width) to
+    resize to with ``method`` (compile/resize.py); ``stats_frames``: frames whose encoder input is kept as
+    downsampled RGB for the camera's stats (compile/stats.py), in ``Clip.stats_rgb``."""
     buf = io.BytesIO()
     tb = Fraction(1, fps)
     want = set(sample_indices(length, settings.psnr_frames))
     refs: dict[int, np.ndarray] = {}
     stride = -1
+    for_stats = set(stats_frames)
+    rgb: list[np.ndarray] = []
     out = av.open(buf, "w", format="mp4", container_options=_MUX_OPTIONS)
     stream = None
     n = 0
     try:
         for frame in frames:
             if stream is None:
-                height, width = settings.resize or (frame.height, frame.width)
+                height, width = size or (frame.height, frame.width)
                 try:
                     params = settings.x265_params(height=height, width=width)
                 except ValueError as e:
@@ -161,11 +174,14 @@ def encode_clip(
                     "x265-params": params,
                 }
                 stride = _psnr_stride(length, width * height * 3 // 2, settings)
-            if frame.format.name != "yuv420p" or (frame.height, frame.width) != (stream.height, stream.width):
-                frame = frame.reformat(width=stream.width, height=stream.height, format="yuv420p",
-                                       interpolation="AREA")
+            if (frame.height, frame.width) != (stream.height, stream.width):
+                frame = resize_frame(frame, stream.height, stream.width, method)
+            elif frame.format.name != "yuv420p":  # a pixel format conversion only
+                frame = frame.reformat(format="yuv420p", interpolation="AREA")
             if n in want or (stride > 0 and n % stride == 0):
                 refs[n] = frame.to_ndarray()
+            if n in for_stats:
+                rgb.append(downsample(frame.to_ndarray(format="rgb24").transpose(2, 0, 1)))
             frame.pts, frame.time_base = n, tb
             frame.pict_type = av.video.frame.PictureType.NONE  # a source keyframe must not force one here
             for packet in stream.encode(frame):
@@ -188,6 +204,7 @@ def encode_clip(
         data=data, codec="hevc", height=stream.height, width=stream.width, frames=length, gop=settings.gop,
         bframes=settings.bframes, mode="encode", psnr=[scores[k] for k in sorted(want)], crf=settings.crf,
         psnr_min=min(scores.values(), default=math.inf), psnr_checked=len(scores),
+        stats_rgb=np.stack(rgb) if rgb else None,
     )
 
 
@@ -220,15 +237,21 @@ def crf_ladder(settings: CompileSettings) -> list[int]:
 
 def encode_with_floor(
     video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
-    why: str, progress: Callable[[int], None] | None = None,
+    why: str, progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None,
+    method: str = FILTER, step: int = 1, stats: bool = False,
 ) -> Clip:
-    """Re-encode the span, at lower CRFs while a checked frame is under ``min_psnr``; raise if none reaches it."""
+    """Re-encode the span, at lower CRFs while a checked frame is under ``min_psnr``; raise if none reaches it.
+
+    With ``step`` k only source frames 0, k, 2k, ... are kept and the clip runs at ``video.fps / k``."""
     clip = None
+    kept = kept_length(length, step)
     for attempt, crf in enumerate(crf_ladder(settings)):
-        frames = read_ahead(video.frames(from_s, length, episode=episode))  # decode on a thread, ahead of x265
+        # decode on a thread, ahead of x265; with a step, every source frame is decoded and every k-th kept
+        frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
         try:
-            clip = encode_clip(frames, length=length, fps=video.fps, settings=settings.replace(crf=crf), where=where,
-                               episode=episode, progress=progress if attempt == 0 else None)
+            clip = encode_clip(frames, length=kept, fps=video.fps // step, settings=settings.replace(crf=crf),
+                               where=where, episode=episode, progress=progress if attempt == 0 else None,
+                               size=size, method=method, stats_frames=stats_sample_indices(kept) if stats else ())
         finally:
             frames.close()  # joins the decode thread before anyone touches `video` again
         if clip.psnr_min >= settings.min_psnr:
@@ -244,17 +267,28 @@ def encode_with_floor(
 
 def transcode_span(
     video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None, method: str = FILTER,
+    step: int = 1, stats: bool = False,
 ) -> Clip:
-    """The clip of one episode x camera: stream copy when allowed and proven exact, else HEVC encode.
-    ``Clip.why`` says why a span was re-encoded."""
+    """The clip of one episode x camera: stream copy when allowed (no resize, no step) and proven exact, else
+    HEVC encode. ``Clip.why`` says why a span was re-encoded.
+
+    ``length`` source frames are decoded from ``from_s``; ``step``, ``size`` / ``method``: see
+    ``encode_with_floor``. ``stats``: keep the frames LeRobot samples for image stats (``Clip.stats_rgb``)."""
     fps = video.fps
     why = codec_refusal(video.codec, video.ctx.pix_fmt, settings)
+    if why is None and (step != 1 or size is not None):
+        why = "resized or resampled (--resize / --fps)"
     if why is None and not video.keep_packets:
         why = "source packets not kept"
     if why is None:
         packets = SpanPackets(packets=[])
-        source_digests = [_frame_digest(f) for f in video.frames(from_s, length, episode=episode, packets=packets)]
+        want = set(stats_sample_indices(length)) if stats else set()
+        source_digests, rgb = [], []
+        for k, f in enumerate(video.frames(from_s, length, episode=episode, packets=packets)):
+            source_digests.append(_frame_digest(f))
+            if k in want:  # a copied camera of a transforming compile still gets its stats (stats.py)
+                rgb.append(downsample(f.to_ndarray(format="rgb24").transpose(2, 0, 1)))
         if not packets.closed:
             why = "the span is not a closed run of packets starting on a keyframe"
         elif (why := gop_refusal(packets.packets, settings)) is None:
@@ -265,7 +299,8 @@ def transcode_span(
                 return Clip(
                     data=data, codec=video.codec, height=video.stream.height, width=video.stream.width,
                     frames=length, gop=None, bframes=None, mode="remux", psnr=[math.inf] * n, lossless=True,
+                    stats_rgb=np.stack(rgb) if rgb else None,
                 )
             why = "the stream copy does not decode to the source's pixels"
     return encode_with_floor(video, from_s=from_s, length=length, settings=settings, episode=episode, where=where,
-                             why=why, progress=progress)
+                             why=why, progress=progress, size=size, method=method, step=step, stats=stats)

@@ -20,7 +20,7 @@ from roboreel.doctor.env import CudaInfo
 from roboreel.doctor.nvdec import nvdec_support
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import CompiledFormatError, SourceError
-from roboreel.formats.manifest import MANIFEST_NAME, load_manifest
+from roboreel.formats.manifest import MANIFEST_NAME, load_manifest, transform_summary
 from roboreel.formats.shard import clip_member
 
 logger = logging.getLogger(__name__)
@@ -59,9 +59,11 @@ class DatasetCheck:
     path: str
     kind: Literal["compiled", "source"]
     cameras: list[CameraCheck]
+    transform: str | None = None  # a compile's resize / frame-rate change (formats.manifest.transform_summary)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind, "cameras": [c.to_dict() for c in self.cameras]}
+        return {"path": self.path, "kind": self.kind, "cameras": [c.to_dict() for c in self.cameras],
+                "transform": self.transform}
 
 
 def _compiled_clips(path: str) -> list[tuple[str, str | None, int | None, int | None, str, bytes]]:
@@ -143,7 +145,8 @@ def check_dataset(path: str, *, cuda: CudaInfo, gpu_device: str | None, gpu_requ
         cpu = try_decode(_reopen(source), device="cpu", seek_mode=seek_mode)
         gpu = try_decode(_reopen(source), device=gpu_device, seek_mode=seek_mode) if gpu_device else None
         cameras.append(_judge(key, codec, w, h, where, cpu, gpu, cuda, advise=gpu_requested))
-    return DatasetCheck(path=path, kind=kind, cameras=cameras)
+    transform = transform_summary(load_manifest(path).settings) if kind == "compiled" else None
+    return DatasetCheck(path=path, kind=kind, cameras=cameras, transform=transform)
 
 
 def _reopen(source: Any) -> Any:

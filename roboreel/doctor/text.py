@@ -85,6 +85,8 @@ def render(report: Report) -> str:
         else:
             out.append(f"  {'compiled roboreel dataset' if ds.kind == 'compiled' else 'LeRobot v3 source'}, "
                        f"{len(ds.cameras)} camera(s); one clip per camera decoded")
+            if ds.transform:
+                out.append(f"  transform: {ds.transform}")
             for cam in ds.cameras:
                 size = f"{cam.width}x{cam.height}"
                 out.append(f"  {cam.key}: {cam.codec} {size}")

@@ -16,8 +16,11 @@ torch operations in LeRobot's order (``reader/decode/depth.py``, ``code_table``:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 DEPTH_PIX_FMT = "gray12le"  # what LeRobot decodes every depth frame to, and what a compiled depth clip holds
 DEPTH_QMAX = 4095  # 12-bit codes
@@ -64,3 +67,21 @@ def stats_factor(feature: dict[str, Any]) -> float:
     """What a depth feature's stats are multiplied by to be in the output unit (mm), as LeRobot does on load."""
     unit = (feature.get("info") or {}).get("depth_unit")
     return MM_PER_METRE if unit == "m" else 1.0
+
+
+def recorded_values(codes: np.ndarray, feature: dict[str, Any]) -> np.ndarray:
+    """float32 depths in the unit the dataset recorded (``info["depth_unit"]``) for 12-bit ``codes``: LeRobot's
+    dequantisation in numpy (float32 rounding may differ from its torch path in the last bit; this serves stats,
+    which LeRobot itself computes from the recorded values before quantisation, never the reader)."""
+    q = DepthQuant.from_feature(feature)
+    if q.use_log:
+        lo, hi = math.log(q.depth_min + q.shift), math.log(q.depth_max + q.shift)
+    else:
+        lo, hi = q.depth_min, q.depth_max
+    metres = codes.astype(np.float32) * np.float32((hi - lo) / DEPTH_QMAX) + np.float32(lo)
+    if q.use_log:
+        metres = np.exp(metres) - np.float32(q.shift)
+    metres = np.clip(metres, q.depth_min, q.depth_max).astype(np.float32)
+    if (feature.get("info") or {}).get("depth_unit") == "m":
+        return metres
+    return np.round(metres * np.float32(MM_PER_METRE)).astype(np.float32)

@@ -341,3 +341,20 @@ def write_manifest(root: str | os.PathLike[str], manifest: Manifest) -> None:
         manifest._index = FileIndex(os.fspath(root), manifest.index_files)
         manifest.format_version = FORMAT_VERSION
     atomic_write_bytes(os.path.join(os.fspath(root), MANIFEST_NAME), manifest.to_json().encode())
+
+
+def transform_summary(settings: dict[str, Any]) -> str | None:
+    """One line saying how a compile changed frame rate and camera sizes (``settings["transform"]``, written by
+    compile/resize.py), e.g. "20 -> 10 fps (every 2nd source frame); top 480x640 -> 224x224 (bilinear)"; None
+    for a compile that kept both."""
+    t = settings.get("transform")
+    if not isinstance(t, dict):
+        return None
+    parts = []
+    if t.get("frame_step", 1) != 1:
+        parts.append(f"{t['source_fps']} -> {t['fps']} fps (frames 0, {t['frame_step']}, {2 * t['frame_step']}, "
+                     "... of each episode)")
+    for key, c in sorted((t.get("cameras") or {}).items()):
+        (h0, w0), (h, w) = c["source"], c["size"]
+        parts.append(f"{key} {h0}x{w0} -> {h}x{w} ({c['filter']})")
+    return "; ".join(parts) or "none"

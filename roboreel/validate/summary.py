@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3 as v3
-from roboreel.formats.manifest import MANIFEST_NAME, load_manifest
+from roboreel.formats.manifest import MANIFEST_NAME, load_manifest, transform_summary
 from roboreel.validate._io import Root
 
 
@@ -147,6 +147,9 @@ def format_summary(s: dict[str, Any]) -> str:
         rows.append(("source", ", ".join(f"{k}={len(v)} checksummed" if k == "files" and isinstance(v, dict)
                                          else f"{k}={v}" for k, v in s["source"].items())))
     if s.get("settings"):
-        rows.append(("settings", ", ".join(f"{k}={v}" for k, v in s["settings"].items())))
+        transform = transform_summary(s["settings"])
+        if transform:
+            rows.append(("transform", transform))
+        rows.append(("settings", ", ".join(f"{k}={v}" for k, v in s["settings"].items() if k != "transform")))
     width = max(len(k) for k, _ in rows)
     return "\n".join([f"{head} at {s['path']}"] + [f"  {k:<{width}}  {v}" for k, v in rows]) + "\n"
