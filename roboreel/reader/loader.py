@@ -97,6 +97,8 @@ class DeviceLoader:
             without it). Off by default: code that calls ``.view()`` on a frame needs contiguous memory.
         **dataloader_kwargs: passed to the DataLoader (``prefetch_factor``, ``persistent_workers``,
             ``pin_memory``, ``drop_last``, ``multiprocessing_context``, ...); not ``collate_fn``/samplers.
+            ``persistent_workers`` defaults to True when ``num_workers > 0``: workers live across epochs, and
+            ``set_epoch`` / ``load_state_dict`` reach them through the dataset's epoch board (plan/board.py).
 
     Iterate it like a DataLoader. ``set_epoch``, ``state_dict``/``load_state_dict`` (what a trainer saves),
     ``stats()`` and ``last_batch_seconds`` (worker + decode time of the batch just returned) complete it.
