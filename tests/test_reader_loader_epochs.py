@@ -165,3 +165,12 @@ def test_close_stops_persistent_workers_and_a_later_iteration_starts_new_ones(co
     assert not set(_pids(dl)) & {w.pid for w in workers}
     dl.close()
     assert torch.utils.data.get_worker_info() is None
+
+
+def test_the_board_reaches_spawned_persistent_workers(compiled):
+    """Under spawn the dataset is pickled into the worker; the board's shared memory goes with it."""
+    ds = _ds(compiled)
+    dl = DataLoader(ds, batch_size=4, num_workers=1, persistent_workers=True, multiprocessing_context="spawn")
+    for epoch in (0, 3):
+        ds.set_epoch(epoch)
+        assert_same_batches(list(dl), _want(compiled, epoch, num_workers=1))
