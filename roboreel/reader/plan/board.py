@@ -9,6 +9,8 @@ after the first epoch never reaches those copies. So the main process posts what
 shared memory created with the dataset (it travels to workers under fork and spawn alike, as stats.SharedCounters
 does), and a worker checks the board when an iteration starts: a newer post than the one its copy was made
 with replaces its epoch and resume point; otherwise its copy is current (a fresh worker, or the main process).
+The same trap, and the same torch shared-memory remedy, in Hugging Face datasets: huggingface/datasets#6673
+(``IterableDataset.set_epoch`` ignored with ``persistent_workers=True``), fixed by #6710.
 
 Posts come from the main process only, before it iterates; a worker never posts (torchdata's StatefulDataLoader
 restores each worker's own state inside that worker, and one worker's post must not move the others).
