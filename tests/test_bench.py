@@ -92,3 +92,38 @@ def test_compile_bench_compares_with_ffmpeg(small_source, tmp_path):
     frames = {r["frames"] for r in data["runs"]}
     assert len(frames) == 1  # both transcoded exactly the same frames
     assert data["ratios"][0]["workers"] == 1 and data["ratios"][0]["ratio"] > 0
+
+
+def test_bench_window_runs_on_across_epochs_on_a_set_smaller_than_it(small_source, small_compiled):
+    """By default the steady window goes on into the next epochs (set_epoch each), as training does; with
+    ``span_epochs=False`` it ends with its epoch. The README's own call (``loader_readme``) and its old default
+    (``loader_refork``) are readers of their own."""
+    from roboreel.reader import CompiledDataset
+
+    frames = len(CompiledDataset(str(small_compiled)))
+    batches = frames // 4 + 6  # more than one epoch holds
+    for reader in ("loader_readme", "loader_refork", "compiled"):
+        cfg = RunConfig(batch_size=4, num_workers=1, warmup_batches=1, batches=batches, uint8=True)
+        res = run_one(reader, "single", compiled=str(small_compiled), source=str(small_source), cfg=cfg)
+        assert res["steady_epochs"] >= 2 and res["samples"] > frames, reader
+        assert res["epoch_start_s"] > 0 and res["frame_dtype"] == "torch.uint8"
+    one = run_one("loader_readme", "single", compiled=str(small_compiled), source=str(small_source),
+                  cfg=RunConfig(batch_size=4, num_workers=1, warmup_batches=1, batches=batches, uint8=True,
+                                span_epochs=False))
+    assert one["steady_epochs"] == 1 and one["samples"] < frames
+
+
+def test_bench_chart_and_summary_name_the_data(small_source, small_compiled, tmp_path):
+    from roboreel.bench.suite import data_label
+    from roboreel.formats.manifest import load_manifest
+
+    out = tmp_path / "bench"
+    assert main(["bench", str(small_compiled), "--source", str(small_source), "--readers", "loader", "--modes",
+                 "single", "--batch-size", "4", "--num-workers", "1", "--warmup", "1", "--batches", "2",
+                 "--uint8", "--no-ceiling", "--no-isolate", "--out", str(out)]) == 0
+    cam = load_manifest(str(small_compiled)).cameras[0]
+    label = json.loads((out / "summary.json").read_text())["data"]
+    assert label == data_label(str(small_compiled), RunConfig(batch_size=4, num_workers=1, uint8=True))
+    assert f"{cam.height}x{cam.width}" in label and "uint8, batch 4, 1 worker (persistent)" in label
+    assert label in (out / "summary.md").read_text()
+    assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

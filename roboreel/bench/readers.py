@@ -6,6 +6,10 @@
   clips and frame requests, a pool of decode threads in the main process decodes into the batch tensors.
 - ``loader_cl``: the same with ``channels_last=True``: frames keep the decoder's memory order, no transposing copy
   on the CPU (what the loader's CPU work is when batches go to a GPU, which transposes them there).
+- ``loader_readme``: ``roboreel.loader(ds, batch_size=..., num_workers=...)`` exactly as the README's training loop
+  calls it: every other knob (workers kept across epochs, prefetch, decode threads) at its default.
+- ``loader_refork``: the same with ``persistent_workers=False``: new DataLoader workers every epoch (the default
+  before issue 25), to show what keeping them is worth.
 - ``reference``: roboreel's map-style reader over the *source* (random sampler, batched ``__getitems__``,
   decoder reuse): the honest fast baseline for reading LeRobot v3 as it is published.
 - ``lerobot``: LeRobot's own ``LeRobotDataset`` over the source (``return_uint8`` as the run asks), when
@@ -25,9 +29,11 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-Reader = Literal["compiled", "loader", "loader_cl", "reference", "lerobot"]
+Reader = Literal["compiled", "loader", "loader_cl", "loader_readme", "loader_refork", "reference", "lerobot"]
 Mode = Literal["single", "sarm"]
-READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "reference", "lerobot")
+READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "loader_readme", "loader_refork", "reference",
+                            "lerobot")
+README_READERS = ("loader_readme", "loader_refork")  # roboreel.loader called as the README does (runner.py)
 MODES: tuple[str, ...] = ("single", "sarm")
 LATENCY_KEY = "__bench_latency_s"
 
@@ -118,7 +124,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
         from torchvision.transforms import v2  # LeRobot's venv has it (roboreel's does not need it)
 
         transform = v2.Resize(list(resize), antialias=True)
-    if reader in ("compiled", "loader", "loader_cl"):
+    if reader in ("compiled", "loader", "loader_cl", *README_READERS):
         from roboreel.reader import CompiledDataset
         from roboreel.reader.options import DecodeOptions, StreamOptions
 

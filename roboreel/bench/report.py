@@ -13,6 +13,7 @@ _CSV_FIELDS = (
     "reader", "mode", "repeat", "where", "samples", "samples_per_s", "ceiling_fraction", "first_batch_s",
     "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "peak_rss_mb", "decode_s", "fetch_s",
     "decoder_opens", "decoder_reuses", "distinct_episodes_per_batch", "cpu_ms_per_sample", "batch_size", "num_workers",
+    "persistent_workers", "steady_epochs", "epoch_start_s",
     "decode_device", "decode_stage", "fallback_clips", "gpu_max_allocated_mb", "gpu_max_reserved_mb",
 )
 
@@ -87,9 +88,10 @@ def markdown_table(rows: list[dict[str, Any]], *, baseline: str = "reference") -
 
 
 def chart(rows: list[dict[str, Any]], path: Path, *, ceiling_samples_per_s: float | None,
-          transport_samples_per_s: float | None = None) -> Path | None:
+          transport_samples_per_s: float | None = None, title: str | None = None) -> Path | None:
     """Bar chart of median samples/s per reader and mode (one panel per where); the decode ceiling (dashed) and
-    the transport bound (dotted) drawn on the local panel."""
+    the transport bound (dotted) drawn on the local panel. ``title`` names the data (suite.data_label): a chart
+    passed around without its run directory still says what it measured."""
     try:
         import matplotlib
 
@@ -118,6 +120,8 @@ def chart(rows: list[dict[str, Any]], path: Path, *, ceiling_samples_per_s: floa
         ax.set_title(f"{where}: samples/s (median)")
         ax.set_ylabel("samples/s")
         ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9, wrap=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from roboreel.bench.procmem import PeakRSS, tree_cpu_seconds
-from roboreel.bench.readers import LATENCY_KEY, build, to_device
+from roboreel.bench.readers import LATENCY_KEY, README_READERS, build, to_device
 
 
 class BenchError(RuntimeError):
@@ -60,6 +60,7 @@ class RunConfig:
     # (height, width): the source readers (reference, lerobot) resize camera frames with torchvision's
     # Resize(antialias=True) as an image transform, what users do today instead of compiling at that size
     resize: tuple[int, int] | None = None
+    span_epochs: bool = True  # the steady window runs on into the next epochs (set_epoch each) until it is full
 
 
 def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfig, where: str = "local",
@@ -68,7 +69,10 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     """Run ``reader`` in ``mode`` once and return its metrics (one JSON-able dict).
 
     With ``cfg.warmup_epochs``, the reader first reads that many whole epochs, untimed, through the same loader
-    (first batch and peak RSS still count them), and the steady window is taken in the next epoch. A training run
+    (first batch and peak RSS still count them), and the steady window starts in the next epoch. With
+    ``cfg.span_epochs`` (the default) a window longer than the rest of that epoch runs on into the next ones,
+    ``set_epoch`` each, as a training loop does: on a small dataset epoch starts are part of what training sees
+    (issue 25: workers forked again every epoch cost 40% there), so the window counts them. A training run
     spends nearly all its time past its first seconds, where every reader has its decoders opened, its heap
     faulted in and its buffers allocated; a small benchmark dataset's first epoch is mostly those seconds. Every
     reader gets the same treatment, LeRobotDataset included."""
@@ -83,12 +87,18 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     if built.map_style:
         gen = torch.Generator().manual_seed(cfg.seed + repeat)
         loader_kwargs["sampler"] = RandomSampler(built.dataset, generator=gen)
-    staged = built.compiled is not None and (built.staged or cfg.device_loader)
-    if staged:
+    staged = built.compiled is not None and (built.staged or cfg.device_loader or reader in README_READERS)
+    if reader in README_READERS:
+        import roboreel
+
+        # The README's call as written: every other knob at its default (the refork variant: the old default)
+        extra = {"persistent_workers": False} if reader == "loader_refork" and cfg.num_workers > 0 else {}
+        loader: Any = roboreel.loader(built.compiled, batch_size=cfg.batch_size, num_workers=cfg.num_workers, **extra)
+    elif staged:
         from roboreel.reader.loader import DeviceLoader
 
-        loader: Any = DeviceLoader(built.compiled, prefetch_batches=cfg.prefetch, decode_threads=cfg.decode_threads,
-                                   channels_last=reader == "loader_cl", **loader_kwargs)
+        loader = DeviceLoader(built.compiled, prefetch_batches=cfg.prefetch, decode_threads=cfg.decode_threads,
+                              channels_last=reader == "loader_cl", **loader_kwargs)
     else:
         loader = DataLoader(built.dataset, **loader_kwargs)
     device = torch.device(cfg.decode_device)
@@ -106,6 +116,8 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     cpu_steady = cpu_end = None
     n_batches = 0
     warmup_samples = 0  # read in the warm-up epochs
+    steady_epochs = 0  # epochs the steady window touched (several when the dataset is smaller than the window)
+    epoch_starts: list[float] = []  # seconds from iter() to the first batch, each epoch from the steady one on
     with PeakRSS() as mem:
         t0 = time.perf_counter()
         for epoch in range(cfg.warmup_epochs):
@@ -116,35 +128,45 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
                 if first_batch_s is None:
                     first_batch_s = time.perf_counter() - t0
                     frame_dtype = _frame_dtype(batch, built.camera_keys)
-        _set_epoch(loader, built.dataset, cfg.warmup_epochs)
         stats_before = built.stats() if built.stats else None
-        it = iter(loader)
-        for batch in it:
-            lat_s = loader.last_batch_seconds if staged else float(batch.pop(LATENCY_KEY).sum())
-            n = to_device(batch, device)
-            now = time.perf_counter()
-            n_batches += 1
-            if first_batch_s is None:
-                first_batch_s = now - t0
-                frame_dtype = _frame_dtype(batch, built.camera_keys)
-            if n_batches == cfg.warmup_batches + 1 and t_steady is None:
-                t_steady = now  # the steady window starts when the first post-warm-up batch arrives
-                cpu_steady = tree_cpu_seconds()
-            elif t_steady is not None:
-                steady_samples += n
-                latencies.append(lat_s / max(1, n))  # worker (+ decode stage) time per sample, amortised per batch
-                distinct.append(len(set(batch["episode_index"].flatten().tolist())))
-                t_end = now
-            if t_steady is not None and (
-                (cfg.seconds is not None and now - t_steady >= cfg.seconds)
-                or (cfg.seconds is None and n_batches >= cfg.warmup_batches + 1 + cfg.batches)
-            ):
-                cpu_end = tree_cpu_seconds()  # before the workers exit (their CPU time leaves with them)
+        epoch = cfg.warmup_epochs
+        while True:  # the steady window; past the epoch's end only with span_epochs, as a training loop goes on
+            _set_epoch(loader, built.dataset, epoch)
+            before, t_iter = n_batches, time.perf_counter()
+            it = iter(loader)
+            for batch in it:
+                if n_batches == before:  # what an epoch's start costs the loop: iter() to its first batch
+                    epoch_starts.append(time.perf_counter() - t_iter)
+                lat_s = loader.last_batch_seconds if staged else float(batch.pop(LATENCY_KEY).sum())
+                n = to_device(batch, device)
+                now = time.perf_counter()
+                n_batches += 1
+                if first_batch_s is None:
+                    first_batch_s = now - t0
+                    frame_dtype = _frame_dtype(batch, built.camera_keys)
+                if n_batches == cfg.warmup_batches + 1 and t_steady is None:
+                    t_steady = now  # the steady window starts when the first post-warm-up batch arrives
+                    cpu_steady = tree_cpu_seconds()
+                elif t_steady is not None:
+                    steady_samples += n
+                    latencies.append(lat_s / max(1, n))  # worker (+ decode stage) time per sample, per batch
+                    distinct.append(len(set(batch["episode_index"].flatten().tolist())))
+                    t_end = now
+                if t_steady is not None and (
+                    (cfg.seconds is not None and now - t_steady >= cfg.seconds)
+                    or (cfg.seconds is None and n_batches >= cfg.warmup_batches + 1 + cfg.batches)
+                ):
+                    cpu_end = tree_cpu_seconds()  # before the workers exit (their CPU time leaves with them)
+                    break
+            del it
+            steady_epochs += t_steady is not None
+            # warm-up batches come from the steady epoch alone: a window that has not begun by its end never will
+            if cpu_end is not None or not cfg.span_epochs or n_batches == before or t_steady is None:
                 break
+            epoch += 1
         if cpu_end is None and cpu_steady is not None:
             cpu_end = tree_cpu_seconds()
-        del it
-        if staged:
+        if hasattr(loader, "close"):
             loader.close()
         gc.collect()
     if steady_samples == 0 or t_end is None or t_steady is None or t_end <= t_steady:
@@ -167,6 +189,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     return {
         "reader": reader, "mode": mode, "where": where, "repeat": repeat, **asdict(cfg),
         "samples": steady_samples, "warmup_samples": warmup_samples, "steady_s": t_end - t_steady, "samples_per_s": sps,
+        "steady_epochs": steady_epochs, "epoch_start_s": float(np.median(epoch_starts)) if epoch_starts else None,
         "ceiling_samples_per_s": ceiling, "ceiling_fraction": sps / ceiling if ceiling else None,
         "first_batch_s": first_batch_s,
         "latency_p50_ms": float(np.percentile(lat_ms, 50)), "latency_p95_ms": float(np.percentile(lat_ms, 95)),

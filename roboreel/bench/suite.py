@@ -68,6 +68,18 @@ def served(compiled: str, source: str, latency_ms: float) -> Iterator[tuple[str,
         yield a.url, b.url
 
 
+def data_label(compiled: str, cfg: RunConfig) -> str:
+    """What a chart measured, for its title: resolution, cameras, episodes/frames, dtype, batch, workers, window."""
+    m = load_manifest(compiled)
+    res = "/".join(sorted({f"{c.height}x{c.width}" for c in m.cameras})) or "no cameras"
+    cams = len(m.cameras)
+    workers = f"{cfg.num_workers} worker{'s' if cfg.num_workers != 1 else ''}" + ("" if cfg.num_workers == 0 else
+                                               " (persistent)" if cfg.persistent_workers else " (new each epoch)")
+    window = "steady window over epochs" if cfg.span_epochs else "steady window in one epoch"
+    return (f"{res}, {cams} camera{'s' if cams != 1 else ''}, {m.num_episodes} episodes / {m.total_frames:,} frames, "
+            f"{'uint8' if cfg.uint8 else 'float32'}, batch {cfg.batch_size}, {workers}, {window}")
+
+
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
@@ -153,16 +165,19 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
     table = markdown_table(rows)
     write_runs(out, runs)
     ceiling_sps = ceiling_fps / runs[0]["cameras"] if ceiling_fps and runs and runs[0]["cameras"] else None
-    png = chart(rows, out / "chart.png", ceiling_samples_per_s=ceiling_sps, transport_samples_per_s=transport)
+    label = data_label(compiled, cfg) if compiled else None
+    png = chart(rows, out / "chart.png", ceiling_samples_per_s=ceiling_sps, transport_samples_per_s=transport,
+                title=label)
     summary = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "python": platform.python_version()},
-        "config": asdict(cfg), "repeats": repeats, "ceiling_frames_per_s": ceiling_fps,
+        "config": asdict(cfg), "data": label, "repeats": repeats, "ceiling_frames_per_s": ceiling_fps,
         "ceiling_frames_per_s_rounds": ceilings,
         "ceiling_samples_per_s": ceiling_sps, "transport_samples_per_s": transport, "summary": rows,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    (out / "summary.md").write_text(table + "\n")
-    echo("\n" + table)
+    note = f"\n\nData: {label}" if label else ""
+    (out / "summary.md").write_text(table + note + "\n")
+    echo("\n" + table + note)
     echo(f"\nwrote {out}/runs.json, runs.csv, summary.json, summary.md" + (f", {png.name}" if png else ""))
     return summary

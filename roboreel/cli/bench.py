@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=3, help="warm-up batches excluded from the steady window")
     p.add_argument("--no-persistent-workers", action="store_true",
                    help="new DataLoader workers every epoch (default: persistent, as lerobot-train runs them)")
+    p.add_argument("--one-epoch", action="store_true",
+                   help="end the steady window at its epoch's end (default: run on into the next epochs, set_epoch "
+                        "each, until --batches/--seconds: on a set smaller than the window that is what training "
+                        "sees, epoch starts included)")
     p.add_argument("--warmup-epochs", type=int, default=0,
                    help="whole epochs each run reads untimed first; the steady window is then in the next epoch "
                         "(the steady state of a long training run; first batch and peak RSS still count them)")
@@ -127,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = RunConfig(batch_size=args.batch_size, num_workers=args.num_workers, prefetch=args.prefetch,
                         pool_size=args.pool_size, decode_device=args.decode_device, warmup_batches=args.warmup,
                         warmup_epochs=args.warmup_epochs, persistent_workers=not args.no_persistent_workers,
-                        batches=args.batches, seconds=args.seconds, uint8=args.uint8,
+                        batches=args.batches, seconds=args.seconds, uint8=args.uint8, span_epochs=not args.one_epoch,
                         decode_threads=args.decode_threads)
         run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
                   cfg=cfg, repeats=args.repeats, out=out, remote_latency_ms=args.remote_latency_ms,

@@ -37,6 +37,7 @@ from roboreel.reader.depth import depth_cameras
 from roboreel.reader.fetch.source import Store, retrying
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.options import DecodeOptions, StreamOptions, legacy_options
+from roboreel.reader.plan.board import EpochBoard
 from roboreel.reader.plan.epoch import (
     Selection,
     Slice,
@@ -173,6 +174,7 @@ class CompiledDataset(IterableDataset):
         self._iters = 0
         self._resume: dict[str, Any] | None = None
         self._position: Position | None = None
+        self._board, self._seen = EpochBoard(), 0  # persistent workers' epoch (plan/board.py)
 
     # -- epochs and sizes -------------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -180,6 +182,24 @@ class CompiledDataset(IterableDataset):
         self._epoch, self._iters = int(epoch), 0
         if self._resume is not None and self._resume["epoch"] != self._epoch:
             self._resume = None
+        self._post()
+
+    def _post(self) -> None:
+        """Post this epoch and resume point for persistent DataLoader workers (plan/board.py); main process only."""
+        if get_worker_info() is None:
+            self._seen = self._board.post(self.epoch, self._resume)
+
+    def _begun_in_workers(self, epoch: int) -> None:
+        """DataLoader workers began reading ``epoch`` for this process: ``state_dict`` now speaks of it, the next
+        ``iter()`` without ``set_epoch`` reads the next one (as iterating here, or persistent workers' own copies,
+        would) and the resume point is spent."""
+        self._epoch, self._iters, self._resume, self._position = epoch, 1, None, None
+
+    def _follow_board(self) -> None:
+        """In a DataLoader worker: take the main process's newer post, if any (plan/board.py)."""
+        number, epoch, resume = self._board.read()
+        if number != self._seen:
+            self._seen, self._epoch, self._iters, self._resume, self._position = number, epoch, 0, resume, None
 
     @property
     def meta(self) -> DatasetMeta:
@@ -263,6 +283,8 @@ class CompiledDataset(IterableDataset):
         isolate_inherited_heap()  # first thing in a forked worker: see forksafe.py
         if not deferred:  # this process decodes (roboreel.loader's process sets its own threshold)
             pin_mmap_threshold()  # a flat C heap over many epochs: see heap.py
+        if get_worker_info() is not None:
+            self._follow_board()  # persistent workers: the epoch set in the main process since this copy was made
         worker, num_workers = detect_worker()
         world = self._world(worker, num_workers)
         epoch = self._epoch + self._iters
@@ -325,6 +347,7 @@ class CompiledDataset(IterableDataset):
         """Resume from ``state_dict()``: the next iteration continues the saved epoch at the next sample."""
         self._resume = checked_state(state, self._stream_id)
         self._epoch, self._iters, self._position = int(state["epoch"]), 0, None
+        self._post()
 
     def _take_resume(self, world: World, epoch: int) -> tuple[int, int]:
         """(samples to skip, worker stream to serve) for this process's worker in ``epoch``."""

@@ -97,6 +97,8 @@ class DeviceLoader:
             without it). Off by default: code that calls ``.view()`` on a frame needs contiguous memory.
         **dataloader_kwargs: passed to the DataLoader (``prefetch_factor``, ``persistent_workers``,
             ``pin_memory``, ``drop_last``, ``multiprocessing_context``, ...); not ``collate_fn``/samplers.
+            ``persistent_workers`` defaults to True when ``num_workers > 0``: workers live across epochs, and
+            ``set_epoch`` / ``load_state_dict`` reach them through the dataset's epoch board (plan/board.py).
 
     Iterate it like a DataLoader. ``set_epoch``, ``state_dict``/``load_state_dict`` (what a trainer saves),
     ``stats()`` and ``last_batch_seconds`` (worker + decode time of the batch just returned) complete it.
@@ -137,6 +139,10 @@ class DeviceLoader:
         self.dataset, self.channels_last = dataset, channels_last
         self.prefetch_batches, self.max_gpu_decoders = prefetch_batches, max_gpu_decoders
         self.decode_threads, self.inflight_batches = decode_threads, inflight_batches
+        if num_workers > 0:
+            # Workers kept across epochs (docs/reader.md, "Epochs"): re-forking them every epoch cost ~40% of the
+            # samples/s on a small dataset and inflated the tree's RSS; set_epoch still reaches them (plan/board.py)
+            dataloader_kwargs.setdefault("persistent_workers", True)
         self.device = None if device is None else torch.device(device)
         if self.device is not None and dataset.decode_device != "cpu" and self.device.type != "cuda":
             raise ValueError(f"device={str(self.device)!r}: a dataset decoding on {dataset.decode_device} delivers "
@@ -158,7 +164,7 @@ class DeviceLoader:
 
     # -- iteration -------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        self.close()  # one live iteration at a time (they share the dataset's position)
+        self._stop()  # one live iteration at a time (they share the dataset's position)
         # this process decodes: fast and flat (heap.py)
         pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES, DECODE_TRIM_THRESHOLD_BYTES)
         epoch = self.dataset.epoch
@@ -169,14 +175,24 @@ class DeviceLoader:
         if decode.type == "cuda" and device != decode:
             raise ValueError(f"device={str(device)!r} but the dataset decodes on {decode}: batches land where they "
                              "decode on a GPU (leave device unset)")
-        source = iter(self.dataloader)  # workers start here, in the caller's thread
+        source = iter(self.dataloader)  # workers start (or, persistent, restart their iterators) here
+        if self.dataloader.num_workers > 0:
+            self.dataset._begun_in_workers(epoch)
         stage = _Stage(self, source, device, decode, capability)
         live = _LoaderIter(self, Prefetcher(stage.run, self.prefetch_batches, name="roboreel-decode"), device)
         self._live, self._stage_done = weakref.ref(live), stage.done
         return live
 
     def close(self) -> None:
-        """Stop the live iteration, if any: its decode thread, decoders and DataLoader workers."""
+        """Stop the live iteration, if any (its decode thread and decoders), and the DataLoader workers, persistent
+        ones included; a later ``iter()`` starts new workers at the dataset's current epoch."""
+        self._stop()
+        it, self.dataloader._iterator = self.dataloader._iterator, None  # torch keeps persistent workers there
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+
+    def _stop(self) -> None:
+        """Stop the live iteration, if any: its decode thread, decoders and (non-persistent) DataLoader workers."""
         live = self._live() if self._live is not None else None
         if live is not None:
             live.close()
