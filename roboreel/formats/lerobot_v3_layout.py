@@ -80,9 +80,6 @@ class SourceInfo:
         features = raw["features"]
         if not isinstance(features, dict):
             raise SourceError("info.json 'features' is not an object", file=file)
-        for name, feat in features.items():
-            if feat.get("dtype") == "image":
-                raise SourceError(f"feature {name!r} has dtype 'image' (images in parquet): not supported yet", file=file)
         return cls(
             raw=raw,
             fps=int(fps),

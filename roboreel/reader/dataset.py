@@ -34,7 +34,7 @@ from roboreel.reader.decode.idle_policy import IdlePolicy, camera_lanes, idle_by
 from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.decode.routing import resolve_decode_device
 from roboreel.reader.fetch.source import Store, retrying
-from roboreel.reader.meta import DatasetMeta
+from roboreel.reader.meta import DatasetMeta, is_depth
 from roboreel.reader.options import DecodeOptions, StreamOptions, legacy_options
 from roboreel.reader.plan.epoch import (
     Selection,
@@ -133,6 +133,10 @@ class CompiledDataset(IterableDataset):
         self.fps = m.fps
         self.camera_keys = [k for k, f in m.features.items() if f.get("dtype") == "video"]
         self.tabular_keys = [k for k, f in m.features.items() if f.get("dtype") != "video"]
+        # image features: decoded per sample from the record rows (depth ones stored in metres -> mm, untransformed)
+        self.image_keys = {k: is_depth(f) and (f.get("info") or {}).get("depth_unit") == "m"
+                           for k, f in m.features.items() if f.get("dtype") == "image"}
+        self.transformed_images = [k for k in self.image_keys if not is_depth(m.features[k])]
         if episodes is not None:
             episodes = sorted({int(e) for e in episodes})
             known = m.lengths  # the episode ids (loaded only when a selection asks for them)

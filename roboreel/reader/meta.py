@@ -34,11 +34,11 @@ from roboreel.formats.lerobot_v3 import (
     SourceInfo,
     read_parquet,
 )
+from roboreel.formats.table_features import (
+    LANGUAGE_COLUMNS,  # their presence: lerobot-train's language collate
+)
 from roboreel.reader.fetch.source import http_defaults, retrying
 
-# LeRobot's language columns (lerobot.datasets.language.LANGUAGE_COLUMNS): their presence switches lerobot-train
-# to its language-aware collate.
-LANGUAGE_COLUMNS = ("language_persistent", "language_events")
 _CAMERA_DTYPES = ("video", "image")
 
 
@@ -50,7 +50,7 @@ def stats_to_numpy(stats: Any) -> Any:
     return np.atleast_1d(np.array(stats))
 
 
-def _is_depth(feature: dict[str, Any]) -> bool:
+def is_depth(feature: dict[str, Any]) -> bool:
     info, video_info = feature.get("info") or {}, feature.get("video_info") or {}
     return bool(info.get("is_depth_map") or info.get("video.is_depth_map") or video_info.get("video.is_depth_map"))
 
@@ -218,7 +218,7 @@ class DatasetMeta:
 
     @property
     def depth_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if _is_depth(f)]
+        return [k for k, f in self.features.items() if is_depth(f)]
 
     @property
     def names(self) -> dict[str, Any]:

@@ -325,6 +325,9 @@ def materialize(
             img = to_output(frames, return_uint8=return_uint8)
             sample[cam] = image_transforms(img) if image_transforms is not None else img
         sample.update(value_tensors(p.values))
+        if image_transforms is not None:  # image features get the transforms video frames get (LeRobot)
+            for key in p.transformed:
+                sample[key] = image_transforms(sample[key])
         out.append(sample)
         for clip in p.release:
             decoders.release(clip)

@@ -64,6 +64,7 @@ class PendingSample:
     values: dict[str, Any]  # every non-camera key in final order: numpy arrays (tabular, ``*_is_pad``), ``task``
     video: dict[str, FrameRequest]  # camera key -> request, in camera order
     release: tuple[Clip, ...] = ()  # clips no later sample needs (their episode left the pool)
+    transformed: tuple[str, ...] = ()  # image-feature keys of ``values`` that ``image_transforms`` applies to
 
 
 @dataclass
