@@ -34,6 +34,7 @@ from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.manifest import EpisodeEntry, MemberInfo
 from roboreel.formats.shard import EpisodeRecord, file_sha256, rows_digest, shard_path
+from roboreel.formats.table_features import check_image_columns, image_keys
 from roboreel.formats.transient import DEFAULT_BACKOFF_S
 
 __all__ = ["PARTS_DIR", "ShardJob", "forget_sources", "run_shard", "shard_done", "sweep_temps"]
@@ -113,6 +114,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
         for ep_index in job.episodes:
             ep = source.episode(ep_index)
             rows = source.episode_rows(ep)
+            check_image_columns(rows, image_keys(source.info.features), file=ep.data_path, episode=ep.index)
             record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, job, on_frames)
             members = writer.add(record)
             entries.append(EpisodeEntry(
