@@ -82,7 +82,7 @@ class ReferenceDataset(Dataset):
         self.num_frames = n
         self.columns: dict[str, np.ndarray | list] = {}
         for key in self.tabular_keys:
-            cols = [column_array(p.column(key), p.num_rows) for p in parts]
+            cols = [column_array(p.column(key), p.num_rows, key) for p in parts]
             self.columns[key] = np.concatenate(cols) if isinstance(cols[0], np.ndarray) else sum(cols, [])
         self._tensors = {k: torch.from_numpy(v) for k, v in self.columns.items() if isinstance(v, np.ndarray)}
         self._timestamps = np.asarray(self.columns["timestamp"], dtype=np.float64).reshape(n)

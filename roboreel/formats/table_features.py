@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -27,6 +28,9 @@ from roboreel.formats.errors import SourceError
 
 IMAGE_DTYPE = "image"
 LANGUAGE_COLUMNS = ("language_persistent", "language_events")  # lerobot.datasets.language.LANGUAGE_COLUMNS
+# lerobot.datasets.language: the fields of one row of each column, in LeRobot's order
+PERSISTENT_ROW_FIELDS = ("role", "content", "style", "timestamp", "camera", "tool_calls")
+EVENT_ROW_FIELDS = ("role", "content", "style", "camera", "tool_calls")
 
 
 def image_keys(features: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -107,3 +111,20 @@ def python_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     values = arr.to_pylist()
     return [_decode_json(v, arr.type) for v in values] if _has_json(arr.type) else values
+
+
+def _language_row(row: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    out = {f: row.get(f) for f in fields}
+    if out.get("timestamp") is not None and "timestamp" in fields:
+        out["timestamp"] = float(np.float32(out["timestamp"]))
+    return out | {k: v for k, v in row.items() if k not in out}
+
+
+def language_values(column: pa.ChunkedArray | pa.Array, key: str) -> list[Any]:
+    """A language column as ``LeRobotDataset`` returns it: HF datasets casts the parquet to LeRobot's row
+    features on load (``language_persistent_row_feature``: ``timestamp`` float32, fields in its order, absent
+    ones None), whatever types ``lerobot-annotate``'s inferred schema gave the file (it writes Python floats,
+    float64). Other fields are kept as they are."""
+    fields = PERSISTENT_ROW_FIELDS if key == "language_persistent" else EVENT_ROW_FIELDS
+    return [None if rows is None else [None if r is None else _language_row(r, fields) for r in rows]
+            for rows in python_values(column)]

@@ -39,6 +39,10 @@ class SynthConfig:
     chunks_size: int = 1000
     row_groups: str = "episode"  # "episode": one per episode (LeRobot >= #3807); "file": one per file (older)
     robot_type: str = "synth"
+    # False: cameras are image features, PNGs embedded in the data parquet (LeRobot's use_videos=False)
+    use_videos: bool = True
+    # True: a per-frame string feature and LeRobot's language_persistent / language_events columns (synth/tables.py)
+    language: bool = False
 
     def lengths(self) -> list[int]:
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0x1E6]))

@@ -204,7 +204,7 @@ class LoadedEpisode:
         missing = [k for k in tabular_keys if k not in rows.column_names]
         if missing:
             raise CompiledFormatError(f"record rows lack feature columns {missing}", file=shard, episode=self.index)
-        self.columns = {k: self._image_column(rows, k) if k in self.images else column_array(rows.column(k), self.length)
+        self.columns = {k: self._image_column(rows, k) if k in self.images else column_array(rows.column(k), self.length, k)
                         for k in tabular_keys}
         fi = self.columns.get("frame_index")
         if isinstance(fi, np.ndarray) and not np.array_equal(fi, np.arange(self.length)):
