@@ -169,6 +169,15 @@ def collate_values(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def transform_images(out: dict[str, Any], keys: Sequence[str],
+                     image_transforms: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
+    """Apply ``image_transforms`` to a collated batch's image features (``keys``), per sample as the CPU path
+    does (decode.materialize), in place."""
+    if image_transforms is not None:
+        for key in keys:
+            out[key] = torch.stack([image_transforms(s) for s in out[key]])
+
+
 class ClipStore:
     """Main-process side of ship-once: the bytes of every clip some worker still pools."""
 
@@ -238,9 +247,7 @@ def assemble(
         out[cam] = x
     for key, v in batch.values.items():
         out[key] = v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-    if image_transforms is not None:  # image features, per sample as the CPU path (decode.materialize)
-        for key in batch.transformed:
-            out[key] = torch.stack([image_transforms(s) for s in out[key]])
+    transform_images(out, batch.transformed, image_transforms)
     for key in batch.release:
         clip = store.release(key)
         decoders.release(clip if clip is not None else Clip.stub(key))
