@@ -87,8 +87,8 @@ def test_whole_epoch_equals_the_frames_and_the_reference(pair):
 def test_windows_transforms_and_shuffled_order(pair):
     src, out = pair
     deltas = {CAMS[0]: [-0.1, -0.05, 0.0], "action": [0.0, 0.05]}
-    ref = ReferenceDataset(str(src), delta_timestamps=deltas, image_transforms=lambda x: x.flip(-1))
-    ds = CompiledDataset(str(out), delta_timestamps=deltas, image_transforms=lambda x: x.flip(-1), seed=3)
+    ref = ReferenceDataset(str(src), delta_timestamps=deltas, image_transforms=lambda x: 1.0 - x)
+    ds = CompiledDataset(str(out), delta_timestamps=deltas, image_transforms=lambda x: 1.0 - x, seed=3)
     n = 0
     for sample in ds:
         want = ref[ref.position(int(sample["index"]))]
@@ -96,7 +96,7 @@ def test_windows_transforms_and_shuffled_order(pair):
         assert sample[CAMS[0]].shape == (3, 3, 64, 64) and sample[CAMS[1]].shape == (3, 64, 64)
         first = int(sample["index"]) - int(sample["frame_index"])
         q = [max(first, int(sample["index"]) + d) for d in (-2, -1, 0)]
-        assert codes(sample[CAMS[0]].flip(-1)) == [(i, int(sample["episode_index"]), 0) for i in q]
+        assert codes(1.0 - sample[CAMS[0]]) == [(i, int(sample["episode_index"]), 0) for i in q]
         n += 1
     assert n == ref.num_frames
 
