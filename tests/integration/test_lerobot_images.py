@@ -1,5 +1,5 @@
-"""A dataset LeRobot 0.6.1 writes itself with ``use_videos=False`` (images in parquet, a string feature, data files
-rolled over) and then annotates with language columns the way ``lerobot-annotate``'s writer does: compiled by
+"""A dataset LeRobot 0.6.1 writes itself with ``use_videos=False`` (images in parquet, raw depth images in mm and
+in m, a string feature, data files rolled over) and then annotates with language columns the way ``lerobot-annotate``'s writer does: compiled by
 roboreel, validated clean, and read back equal to ``LeRobotDataset`` over whole epochs: ``CompiledDataset``,
 ``DataLoader`` with lerobot-train's ``lerobot_collate_fn`` and ``roboreel.loader``."""
 
@@ -31,6 +31,7 @@ from roboreel.validate import validate  # noqa: E402
 
 REPO = "local/images"
 CAM = "observation.images.top"
+DEPTH_MM, DEPTH_M = "observation.depth_mm", "observation.depth_m"
 LENGTHS = (12, 9, 15, 10, 11)
 
 
@@ -59,15 +60,23 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
     features = {CAM: {"dtype": "image", "shape": (48, 64, 3), "names": ["height", "width", "channels"]},
                 "observation.state": {"dtype": "float32", "shape": (3,), "names": None},
                 "action": {"dtype": "float32", "shape": (3,), "names": None},
-                "note": {"dtype": "string", "shape": (1,), "names": None}}
+                "note": {"dtype": "string", "shape": (1,), "names": None},
+                # raw depth maps as images (LeRobot writes TIFF: uint16 mode I;16, float32 mode F), in mm and in m
+                DEPTH_MM: {"dtype": "image", "shape": (24, 32, 1), "names": ["height", "width", "channels"],
+                           "info": {"is_depth_map": True, "depth_unit": "mm"}},
+                DEPTH_M: {"dtype": "image", "shape": (24, 32, 1), "names": ["height", "width", "channels"],
+                          "info": {"is_depth_map": True, "depth_unit": "m"}}}
     ds = LeRobotDataset.create(REPO, fps=10, root=src, features=features, use_videos=False,
                                data_files_size_in_mb=0.005)
+    ramp = (400 + 37 * np.arange(32, dtype=np.uint16))[None, :, None].repeat(24, axis=0)  # mm, shifted per frame
     index = 0
     for ep, n in enumerate(LENGTHS):
         for k in range(n):
             ds.add_frame({CAM: render_frame(index, ep, 0, k, 48, 64),
                           "observation.state": np.full(3, index, np.float32) / 7,
                           "action": np.arange(3, dtype=np.float32) + index, "note": f"frame {index}",
+                          DEPTH_MM: ramp + np.uint16(index),
+                          DEPTH_M: (ramp + np.uint16(index)).astype(np.float32) / np.float32(1000),
                           "task": f"task {ep % 2}"})
             index += 1
         ds.save_episode()
@@ -110,6 +119,8 @@ def test_every_sample_equals_lerobots(pair):
     for i, sample in enumerate(got):
         _assert_equal(sample, theirs[i], i)
     assert any(s["language_events"] for s in got) and any(not s["language_events"] for s in got)
+    assert got[5][DEPTH_MM].shape == (1, 24, 32) and got[5][DEPTH_MM][0, 0, 1].item() == 400 + 37 + 5  # mm as stored
+    assert torch.allclose(got[5][DEPTH_M], got[5][DEPTH_MM])  # metres read back in mm, like LeRobot
 
 
 def test_windows_and_transforms_equal_lerobots(pair):
