@@ -22,10 +22,12 @@ from lerobot.datasets.io_utils import write_table_one_row_group_per_episode  # n
 from lerobot.datasets.language import LANGUAGE_COLUMNS  # noqa: E402
 from lerobot.datasets.lerobot_dataset import LeRobotDataset  # noqa: E402
 from lerobot.utils.collate import lerobot_collate_fn  # noqa: E402
+from lerobot_support import TINY_ACT, run_train  # noqa: E402
 
 import roboreel  # noqa: E402
 from roboreel.compile import CompileSettings, compile_dataset  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
+from roboreel.synth import SynthConfig, synthesize  # noqa: E402
 from roboreel.synth.content import render_frame  # noqa: E402
 from roboreel.validate import validate  # noqa: E402
 
@@ -155,3 +157,21 @@ def test_batches_equal_lerobot_collate(pair, num_workers):
             _assert_equal(batch, collate([theirs[i] for i in idx]), idx)
             seen += idx
         assert sorted(seen) == list(range(len(theirs)))
+
+
+def test_lerobot_train_runs_on_images_and_language(tmp_path):
+    """`roboreel lerobot-train` (ACT) on a compiled dataset with RGB image features and language columns: LeRobot
+    picks lerobot_collate_fn (meta.has_language_columns), the adapter keeps its DataLoader, training runs, and its
+    batches hold the images as float32 [B, 3, H, W] and no language columns (lerobot_collate_fn leaves them out)."""
+    src, out = tmp_path / "src", tmp_path / "compiled"
+    synthesize(src, SynthConfig(episodes=4, min_length=10, max_length=14, fps=10, height=48, width=64,
+                                cameras=(CAM,), use_videos=False, language=True))
+    compile_dataset(str(src), str(out), settings=CompileSettings.for_tests(), workers=1)
+    run = run_train([*TINY_ACT, f"--dataset.root={out}", "--dataset.repo_id=local/synth-images", "--batch_size=4",
+                     "--num_workers=2", "--steps=2", "--log_freq=1", "--seed=1", f"--output_dir={tmp_path / 'out'}",
+                     "--wandb.enable=false"], tmp_path / "probe")
+    assert run.returncode == 0, run.log[-3000:]
+    batches = run.batches()
+    assert len(batches) == 2 and {b["loader"] for b in batches} == {"DataLoaderShard"}
+    assert batches[0]["spec"][CAM] == [[4, 3, 48, 64], "torch.float32"]
+    assert not set(batches[0]["digest"]) & set(LANGUAGE_COLUMNS)
