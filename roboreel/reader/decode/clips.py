@@ -27,6 +27,7 @@ from torchcodec.decoders import VideoDecoder  # loaded once in the parent, so fo
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.reader.decode.decoder_cache import IdleDecoders
 from roboreel.reader.decode.heap import in_side_arena
+from roboreel.reader.decode.images import finish_images
 from roboreel.reader.decode.requests import (
     MAX_LANES,
     SEEK_MODES,
@@ -325,9 +326,7 @@ def materialize(
             img = to_output(frames, return_uint8=return_uint8)
             sample[cam] = image_transforms(img) if image_transforms is not None else img
         sample.update(value_tensors(p.values))
-        if image_transforms is not None:  # image features get the transforms video frames get (LeRobot)
-            for key in p.transformed:
-                sample[key] = image_transforms(sample[key])
+        finish_images(sample, p.images, image_transforms, batched=False)
         out.append(sample)
         for clip in p.release:
             decoders.release(clip)

@@ -32,6 +32,7 @@ from torch.utils.data import default_collate
 
 from roboreel.formats.errors import FrameTimestampError
 from roboreel.formats.table_features import LANGUAGE_COLUMNS
+from roboreel.reader.decode.images import finish_images
 from roboreel.reader.decode.requests import Clip, PendingSample
 
 ClipKey = tuple[str, int, str, int]  # Clip.key: shard, episode, camera, stream
@@ -74,7 +75,7 @@ class PendingBatch:
     release: list[ClipKey]  # clips no later batch reads (their episode left the pool)
     produce_seconds: float = 0.0  # worker time spent producing these samples
     runs: dict[ClipKey, dict[int, int]] = field(default_factory=dict)  # clip -> {frame: its GOP run's end}
-    transformed: tuple[str, ...] = ()  # image-feature keys of ``values`` that ``image_transforms`` applies to
+    images: Mapping[str, bool] = field(default_factory=dict)  # image features among values: PendingSample.images
 
     def __getstate__(self) -> dict[str, Any]:
         """Tabular tensors travel as numpy arrays, inline in the worker's pipe: a tensor would go through shared
@@ -145,7 +146,7 @@ def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]
         release += [c.key for c in p.release]
     values = collate_values([p.values for p in samples])
     return PendingBatch(len(samples), values, cameras, clips, wanted, release, seconds, runs,
-                        samples[0].transformed)
+                        samples[0].images)
 
 
 def collate_values(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -167,15 +168,6 @@ def collate_values(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         else:
             out[key] = default_collate(column)
     return out
-
-
-def transform_images(out: dict[str, Any], keys: Sequence[str],
-                     image_transforms: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
-    """Apply ``image_transforms`` to a collated batch's image features (``keys``), per sample as the CPU path
-    does (decode.materialize), in place."""
-    if image_transforms is not None:
-        for key in keys:
-            out[key] = torch.stack([image_transforms(s) for s in out[key]])
 
 
 class ClipStore:
@@ -247,7 +239,7 @@ def assemble(
         out[cam] = x
     for key, v in batch.values.items():
         out[key] = v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-    transform_images(out, batch.transformed, image_transforms)
+    finish_images(out, batch.images, image_transforms, batched=True)
     for key in batch.release:
         clip = store.release(key)
         decoders.release(clip if clip is not None else Clip.stub(key))

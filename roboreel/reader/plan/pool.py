@@ -196,7 +196,8 @@ class LoadedEpisode:
         transformed: Sequence[str] = (),
     ) -> None:
         self.index, self.length, self.shard = record.index, record.length, shard
-        self.images, self.transformed = dict(images or {}), tuple(transformed)
+        self.images = dict(images or {})
+        self.finish = {k: k in transformed for k in self.images}  # PendingSample.images: shared by every sample
         rows = record.rows
         if rows.num_rows != self.length:
             raise CompiledFormatError(f"record has {rows.num_rows} rows, its json says length {self.length}",
@@ -270,7 +271,7 @@ class LoadedEpisode:
         if self._task_index is not None:
             values["task"] = self.tasks[int(self._task_index[f])]
         return PendingSample(self.index, f, values, video, tuple(self.clips.values()) if last else (),
-                             self.transformed)
+                             self.finish)
 
 
 def pending_samples(
