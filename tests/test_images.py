@@ -26,6 +26,7 @@ from roboreel.reader import CompiledDataset
 from roboreel.synth.content import render_frame
 from roboreel.synth.tables import language_columns
 from roboreel.validate import validate
+from roboreel.validate.summary import summarize
 
 CAMS = ["observation.images.top", "observation.images.wrist"]
 FPS = 20  # conftest.SMALL
@@ -63,6 +64,8 @@ def test_source_is_lerobots_layout_and_validates_clean(pair):
     assert validate(str(src)).findings == [] and validate(str(out), deep=True).findings == []
     m = load_manifest(str(out))
     assert m.cameras == [] and [m.features[c]["dtype"] for c in CAMS] == ["image", "image"]
+    for path in (src, out):  # roboreel inspect lists them
+        assert summarize(str(path))["images"] == [{"key": c, "shape": [64, 64, 3]} for c in CAMS]
 
 
 def test_whole_epoch_equals_the_frames_and_the_reference(pair):
