@@ -135,6 +135,18 @@ def test_dataloader_and_roboreel_loader(pair, num_workers):
         assert sorted(seen) == list(range(ref.num_frames))
 
 
+def test_return_uint8_does_not_apply_to_image_features(pair):
+    """LeRobot's return_uint8 is for video frames: image features stay float32, on both read paths."""
+    src, out = pair
+    ref = ReferenceDataset(str(src))
+    ds = CompiledDataset(str(out), return_uint8=True, shuffle=False)
+    first = next(iter(ds))
+    batch = next(iter(roboreel.loader(ds, batch_size=3)))
+    for cam in CAMS:
+        assert first[cam].dtype == torch.float32 and torch.equal(first[cam], ref[0][cam])
+        assert batch[cam].dtype == torch.float32 and torch.equal(batch[cam][2], ref[2][cam])
+
+
 def _strip_bytes(path: Path, row: int) -> None:
     """Make one image row of ``path`` a path-only reference (no embedded bytes), keeping its row groups."""
     pf = pq.ParquetFile(path)
