@@ -325,8 +325,9 @@ def materialize(
                 frames = got[int(req.frames[0])][0]  # a view; to_output copies it
             img = to_output(frames, return_uint8=return_uint8)
             sample[cam] = image_transforms(img) if image_transforms is not None else img
-        sample.update(value_tensors(p.values))
-        finish_images(sample, p.images, image_transforms, batched=False)
+        values = dict(p.values)
+        finish_images(values, p.images, image_transforms, batched=False)  # before value_tensors: numpy views
+        sample.update(value_tensors(values))
         out.append(sample)
         for clip in p.release:
             decoders.release(clip)
