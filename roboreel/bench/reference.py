@@ -35,7 +35,8 @@ from roboreel.reader.plan.windows import delta_offsets, window
 def _image(data: bytes) -> torch.Tensor:
     """An image feature's encoded frame as LeRobot returns it (float32 [C, H, W], uint8 / 255; 16-bit as is),
     decoded with OpenCV: a decoder independent of the compiled reader's Pillow, so tests hold one against the
-    other. 8-bit and 16-bit images only (what LeRobot writes); EXIF orientation is not applied."""
+    other. 8-bit and 16-bit images only (what LeRobot writes: PNG, TIFF); EXIF orientation is not applied, and a
+    JPEG may differ from Pillow's decode by rounding (another libjpeg build and upsampling)."""
     arr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     if arr is None:
         raise ValueError(f"OpenCV cannot decode an image of {len(data)} bytes")
