@@ -156,13 +156,17 @@ def test_inconsistent_episodes_metadata(broken, tmp_path, capsys, fault):
     assert_nothing_written(out)
 
 
-def test_unsupported_codebase_version(broken, tmp_path, capsys):
+@pytest.mark.parametrize("version", ["v2.1", "v2.0"])
+def test_unsupported_codebase_version(broken, tmp_path, capsys, version):
+    """A LeRobot v2.x source: one error naming LeRobot's own converter (v2.0 needs the v2.1 step first)."""
     info = json.loads((broken / "meta/info.json").read_text())
-    info["codebase_version"] = "v2.1"
+    info["codebase_version"] = version
     (broken / "meta/info.json").write_text(json.dumps(info))
     out = tmp_path / "out"
     rc, err = compile_cli(broken, out, capsys)
-    assert rc == 2 and "unsupported codebase_version 'v2.1'" in err and "meta/info.json" in err
+    assert rc == 2 and f"codebase_version '{version}'" in err and "meta/info.json" in err
+    assert "python -m lerobot.scripts.convert_dataset_v21_to_v30 --repo-id=" in err
+    assert ("bring this v2.0 dataset to v2.1" in err) == (version == "v2.0")
     assert_nothing_written(out)
 
 

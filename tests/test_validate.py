@@ -184,6 +184,8 @@ def test_unreadable_inputs_exit_2(small_source, tmp_path, capsys):
     for code, path in cases.items():
         rc, doc = run_json(capsys, str(path))
         assert (rc, doc["verdict"], [f["code"] for f in doc["findings"]]) == (2, "unreadable", [code])
+        if code == "version-unsupported":  # names LeRobot's own converter
+            assert "python -m lerobot.scripts.convert_dataset_v21_to_v30" in doc["findings"][0]["message"]
 
 
 # -- compiled ------------------------------------------------------------------------------------------------

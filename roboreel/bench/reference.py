@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 from torch.utils.data import Dataset
@@ -24,10 +25,25 @@ from torchcodec.decoders import VideoDecoder
 
 from roboreel.formats.errors import FrameTimestampError, SourceError
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
+from roboreel.formats.table_features import image_bytes, image_keys
 from roboreel.formats.transient import is_local
 from roboreel.reader.decode.forksafe import isolate_inherited_heap
 from roboreel.reader.plan.rows import column_array
 from roboreel.reader.plan.windows import delta_offsets, window
+
+
+def _image(data: bytes) -> torch.Tensor:
+    """An image feature's encoded frame as LeRobot returns it (float32 [C, H, W], uint8 / 255; 16-bit as is),
+    decoded with OpenCV: a decoder independent of the compiled reader's Pillow, so tests hold one against the
+    other. 8-bit and 16-bit images only (what LeRobot writes: PNG, TIFF); EXIF orientation is not applied, and a
+    JPEG may differ from Pillow's decode by rounding (another libjpeg build and upsampling)."""
+    arr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    if arr is None:
+        raise ValueError(f"OpenCV cannot decode an image of {len(data)} bytes")
+    if arr.ndim == 3:  # OpenCV's BGR(A) -> RGB(A)
+        arr = cv2.cvtColor(arr, cv2.COLOR_BGR2RGB if arr.shape[2] == 3 else cv2.COLOR_BGRA2RGBA)
+    chw = torch.from_numpy(np.ascontiguousarray(arr.reshape(arr.shape[0], arr.shape[1], -1).transpose(2, 0, 1)))
+    return chw.to(torch.float32) / 255.0 if chw.dtype == torch.uint8 else chw.to(torch.float32)
 
 
 class ReferenceDataset(Dataset):
@@ -81,8 +97,12 @@ class ReferenceDataset(Dataset):
         self._ep_row = {ep.index: s for ep, s in zip(self.episodes, starts, strict=True)}
         self.num_frames = n
         self.columns: dict[str, np.ndarray | list] = {}
+        self.image_keys = image_keys(info.features)
         for key in self.tabular_keys:
-            cols = [column_array(p.column(key), p.num_rows) for p in parts]
+            if key in self.image_keys:  # encoded, decoded per sample (_image)
+                self.columns[key] = sum((image_bytes(p.column(key)) for p in parts), [])
+                continue
+            cols = [column_array(p.column(key), p.num_rows, key) for p in parts]
             self.columns[key] = np.concatenate(cols) if isinstance(cols[0], np.ndarray) else sum(cols, [])
         self._tensors = {k: torch.from_numpy(v) for k, v in self.columns.items() if isinstance(v, np.ndarray)}
         self._timestamps = np.asarray(self.columns["timestamp"], dtype=np.float64).reshape(n)
@@ -181,7 +201,14 @@ class ReferenceDataset(Dataset):
         pads = {}
         for key, col in self.columns.items():
             off = self.windows.get(key)
-            if off is None:
+            if key in self.image_keys:
+                q, pad = (np.array([frame]), None) if off is None else window(frame, 0, ep.length, off)
+                imgs = torch.stack([_image(col[base + int(f)]) for f in q])
+                out[key] = imgs[0] if off is None else imgs
+                out[key] = self.image_transforms(out[key]) if self.image_transforms is not None else out[key]
+                if pad is not None:
+                    pads[key] = torch.from_numpy(pad)
+            elif off is None:
                 out[key] = self._tensors[key][base + frame].clone() if key in self._tensors else col[base + frame]
             else:
                 q, pad = window(frame, 0, ep.length, off)

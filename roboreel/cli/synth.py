@@ -24,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-file-mb", type=float, default=0.01, help="roll data files over past this size")
     p.add_argument("--chunks-size", type=int, default=1000, help="files per chunk directory")
     p.add_argument("--row-groups", choices=["episode", "file"], default="episode")
+    p.add_argument("--images", action="store_true",
+                   help="cameras as image features, PNGs in the data parquet (LeRobot's use_videos=False)")
+    p.add_argument("--language", action="store_true",
+                   help="add a string feature and LeRobot's language_persistent / language_events columns")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=run)
 
@@ -36,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         cameras=camera_names(args.cameras), height=args.height, width=args.width, tasks=args.tasks, seed=args.seed,
         codec=args.codec, crf=args.crf, g=args.g, video_files_size_in_mb=args.video_file_mb,
         data_files_size_in_mb=args.data_file_mb, chunks_size=args.chunks_size, row_groups=args.row_groups,
+        use_videos=not args.images, language=args.language,
     )
     s = synthesize(args.out, cfg, overwrite=args.overwrite, progress=True)
     print(f"wrote {s.root}: {s.episodes} episodes, {s.frames} frames, {len(cfg.cameras)} cameras "

@@ -12,6 +12,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from roboreel.compile.resample import check_transform, frame_step
@@ -19,6 +20,7 @@ from roboreel.compile.settings import CompileSettings, x265_size_params
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
+from roboreel.formats.table_features import image_keys, image_problem
 
 
 def camera_hw(feature: dict[str, Any]) -> tuple[int, int]:
@@ -78,12 +80,16 @@ def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
     for rel, ep in first_ep.items():
         try:
             with source.open(rel, episode=ep) as f:  # a missing file: SourceError naming it and the episode
-                names = pq.read_schema(f).names
+                schema = pq.read_schema(f)
         except (OSError, ValueError) as err:
             raise SourceError(f"unreadable parquet: {err}", file=rel, episode=ep) from err
-        missing = [c for c in need if c not in names]
+        missing = [c for c in need if c not in schema.names]
         if missing:
             raise SourceError(f"data parquet lacks columns {missing}", file=rel, episode=ep)
+        for key in image_keys(info.features):  # rows without bytes are found when packing (shardjob.py)
+            problem = image_problem(pa.array([], type=schema.field(key).type))
+            if problem:
+                raise SourceError(f"image feature {key!r} {problem}", file=rel, episode=ep)
     return eps
 
 

@@ -35,8 +35,15 @@ def check_same_schema(tables: list[tuple[int, str, pa.Table]]) -> pa.Schema:
 
 
 def normalise(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` in ``schema`` exactly (metadata and child-field names too); values are unchanged."""
-    return table if table.schema.equals(schema, check_metadata=True) else table.cast(schema)
+    """``table`` in ``schema`` exactly (metadata and child-field names too); values are unchanged.
+
+    Only columns whose type differs are cast: a column of the same type is kept as it is, since pyarrow 26 cannot
+    cast a slice of a list<struct> with a null-typed child (the language columns ``lerobot-annotate`` writes:
+    "Struct child array has length smaller than expected"), which every metadata-only difference would ask for."""
+    if table.schema.equals(schema, check_metadata=True):
+        return table
+    cols = [c if c.type.equals(f.type) else c.cast(f.type) for c, f in zip(table.columns, schema, strict=True)]
+    return pa.Table.from_arrays(cols, schema=schema)
 
 
 def write_episode_rows(path: str, tables: list[tuple[int, str, pa.Table]]) -> tuple[int, str]:

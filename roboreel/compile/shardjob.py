@@ -37,6 +37,7 @@ from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.manifest import EpisodeEntry, MemberInfo
 from roboreel.formats.shard import EpisodeRecord, file_sha256, rows_digest, shard_path
+from roboreel.formats.table_features import check_image_columns, image_keys
 from roboreel.formats.transient import DEFAULT_BACKOFF_S
 
 __all__ = ["PARTS_DIR", "ShardJob", "forget_sources", "run_shard", "shard_done", "sweep_temps"]
@@ -119,6 +120,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
             src_ep, ep = source.episode(ep_index), grid[ep_index]
             rows = resample_rows(source.episode_rows(src_ep), step=step, from_index=ep.from_index,
                                  fps=source.fps // step)
+            check_image_columns(rows, image_keys(source.info.features), file=src_ep.data_path, episode=src_ep.index)
             record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, job, on_frames)
             if job.settings.transforms:  # stats of what was kept (stats.py): rows here, cameras from the clips
                 stats[str(ep.index)] = {**stats_json(rows_stats(rows, source.info.features)),

@@ -27,6 +27,24 @@ EPISODE_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_
 TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's default tolerance between a row's timestamp and its frame's pts
 
 
+# LeRobot 0.6.1's own converter (lerobot/scripts/convert_dataset_v21_to_v30.py; the command LeRobot's
+# BackwardCompatibilityError prints, lerobot/datasets/utils.py V30_MESSAGE). It converts v2.1 only.
+CONVERT_V21_COMMAND = ("python -m lerobot.scripts.convert_dataset_v21_to_v30 --repo-id=<repo_id> "
+                       "--root=<dataset dir> --push-to-hub=false")
+
+
+def version_message(version: Any) -> str:
+    """Why a dataset of another ``codebase_version`` is refused, and for LeRobot v2.x what converts it."""
+    head = f"codebase_version {version!r}: roboreel reads LeRobot {CODEBASE_VERSION} datasets"
+    text = str(version)
+    if text.startswith("v2.1"):
+        return f"{head}; convert this v2.1 dataset with LeRobot's own converter: {CONVERT_V21_COMMAND}"
+    if text.startswith("v2"):
+        return (f"{head}; LeRobot's converter to v3.0 reads v2.1, so bring this {text} dataset to v2.1 with the "
+                f"LeRobot release that converts v2.0 to v2.1, then run: {CONVERT_V21_COMMAND}")
+    return head
+
+
 @dataclass(frozen=True)
 class VideoSpan:
     """Where one camera's frames of one episode live: a (shared) mp4 and a [from, to) time span in it."""
@@ -66,11 +84,7 @@ class SourceInfo:
             raise SourceError("info.json is not a JSON object", file=file)
         version = raw.get("codebase_version")
         if version != CODEBASE_VERSION:
-            raise SourceError(
-                f"unsupported codebase_version {version!r}; roboreel reads LeRobot {CODEBASE_VERSION} "
-                "(convert older datasets with LeRobot's convert_dataset_v21_to_v30 first)",
-                file=file,
-            )
+            raise SourceError(version_message(version), file=file)
         for key in ("fps", "features"):
             if key not in raw:
                 raise SourceError(f"info.json has no {key!r}", file=file)
@@ -80,9 +94,6 @@ class SourceInfo:
         features = raw["features"]
         if not isinstance(features, dict):
             raise SourceError("info.json 'features' is not an object", file=file)
-        for name, feat in features.items():
-            if feat.get("dtype") == "image":
-                raise SourceError(f"feature {name!r} has dtype 'image' (images in parquet): not supported yet", file=file)
         return cls(
             raw=raw,
             fps=int(fps),

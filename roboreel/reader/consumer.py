@@ -42,6 +42,8 @@ class ConsumerSettings(Protocol):
     retries: int
     backoff_s: float
     tabular_keys: list[str]
+    image_keys: dict[str, bool]
+    transformed_images: list[str]
     camera_keys: list[str]
     windows: dict[str, np.ndarray]
     readahead: int
@@ -77,7 +79,8 @@ def run_consumer(ds: ConsumerSettings, schedule: PoolSchedule, slices: list[Slic
         for shard, rec in reader.records(todo):
             yield LoadedEpisode(rec, shard=shard_paths[shard], tabular_keys=ds.tabular_keys,
                                 camera_keys=ds.camera_keys, windows=ds.windows, tasks=ds.manifest.tasks,
-                                stream=position.world.consumer)
+                                stream=position.world.consumer, images=ds.image_keys,
+                                transformed=ds.transformed_images)
 
     prefetch = Prefetcher(loaded, ds.readahead) if todo else iter(())
     decoders = ClipDecoders(device=ds.decode_device, keep=ds.keep_frames, depth=ds.depth,

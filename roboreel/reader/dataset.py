@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from roboreel.formats.depth import is_depth
 from roboreel.formats.index import FileIndex
 from roboreel.formats.manifest import Manifest, load_manifest
 from roboreel.reader.consumer import Position, run_consumer
@@ -136,6 +137,10 @@ class CompiledDataset(IterableDataset):
         self.camera_keys = [k for k, f in m.features.items() if f.get("dtype") == "video"]
         self.tabular_keys = [k for k, f in m.features.items() if f.get("dtype") != "video"]
         self.depth = depth_cameras(m)  # camera -> quantiser: decoded to LeRobot's depth values (decode/depth.py)
+        # image features: decoded per sample from the record rows (depth ones stored in metres -> mm, untransformed)
+        self.image_keys = {k: is_depth(f) and (f.get("info") or {}).get("depth_unit") == "m"
+                           for k, f in m.features.items() if f.get("dtype") == "image"}
+        self.transformed_images = [k for k in self.image_keys if not is_depth(m.features[k])]
         if episodes is not None:
             episodes = sorted({int(e) for e in episodes})
             known = m.lengths  # the episode ids (loaded only when a selection asks for them)

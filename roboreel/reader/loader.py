@@ -44,6 +44,7 @@ from roboreel.reader.decode.heap import (
     pin_mmap_threshold,
     trim_heap,
 )
+from roboreel.reader.decode.images import finish_images
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.decode.stage import BatchJob, DecodePool, default_decode_threads
@@ -376,6 +377,7 @@ def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
         out[cam] = x
     for key, v in pending.values.items():
         out[key] = v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+    finish_images(out, pending.images, image_transforms, batched=True)
     return out
 
 

@@ -35,11 +35,11 @@ from roboreel.formats.lerobot_v3 import (
     SourceInfo,
     read_parquet,
 )
+from roboreel.formats.table_features import (
+    LANGUAGE_COLUMNS,  # their presence: lerobot-train's language collate
+)
 from roboreel.reader.fetch.source import http_defaults, retrying
 
-# LeRobot's language columns (lerobot.datasets.language.LANGUAGE_COLUMNS): their presence switches lerobot-train
-# to its language-aware collate.
-LANGUAGE_COLUMNS = ("language_persistent", "language_events")
 _CAMERA_DTYPES = ("video", "image")
 
 

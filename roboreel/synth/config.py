@@ -42,6 +42,10 @@ class SynthConfig:
     pix_fmt: str = "yuv420p"  # RGB cameras' pixel format, e.g. "yuv420p10le" for a 10-bit source (x265/x264)
     depth_cameras: tuple[str, ...] = ()  # depth cameras written as LeRobot writes them (synth/depth.py)
     depth_unit: str = "mm"  # what the depth cameras record: "mm" (uint16) or "m" (float32)
+    # False: cameras are image features, PNGs embedded in the data parquet (LeRobot's use_videos=False)
+    use_videos: bool = True
+    # True: a per-frame string feature and LeRobot's language_persistent / language_events columns (synth/tables.py)
+    language: bool = False
 
     def lengths(self) -> list[int]:
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0x1E6]))

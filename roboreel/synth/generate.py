@@ -7,7 +7,6 @@ from_timestamp > 0 and files roll over across chunks when ``chunks_size`` is sma
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ from roboreel.formats import lerobot_v3_layout as v3
 from roboreel.synth.config import SynthConfig
 from roboreel.synth.content import action_row, render_frame, state_row
 from roboreel.synth.depth import depth_feature, depth_stats, quantize, render_depth
+from roboreel.synth.tables import LANGUAGE_FEATURES, STRING_KEY, hf_metadata, image_column, language_columns
 from roboreel.synth.videofile import Roller, VideoFileWriter
 
 _TASKS = (
@@ -48,6 +48,10 @@ class SynthSummary:
 def _features(cfg: SynthConfig) -> dict:
     feats: dict = {}
     for key in cfg.cameras:
+        if not cfg.use_videos:  # LeRobot's image feature: no video info
+            feats[key] = {"dtype": "image", "shape": [cfg.height, cfg.width, 3],
+                          "names": ["height", "width", "channels"]}
+            continue
         feats[key] = {
             "dtype": "video",
             "shape": [cfg.height, cfg.width, 3],
@@ -72,6 +76,9 @@ def _features(cfg: SynthConfig) -> dict:
     feats["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
     for k in ("frame_index", "episode_index", "index", "task_index"):
         feats[k] = {"dtype": "int64", "shape": [1], "names": None}
+    if cfg.language:
+        feats[STRING_KEY] = {"dtype": "string", "shape": [1], "names": None}
+        feats |= LANGUAGE_FEATURES
     return feats
 
 
@@ -135,20 +142,6 @@ def _write_tasks(root: Path, tasks: list[str]) -> None:
     pq.write_table(table, root / v3.TASKS_PATH)
 
 
-def _hf_metadata(schema: pa.Schema, rel: str) -> dict[bytes, bytes]:
-    """The `huggingface` schema-metadata entry HF datasets writes (features + a per-file fingerprint)."""
-
-    def feature(t: pa.DataType) -> dict:
-        if pa.types.is_fixed_size_list(t) or pa.types.is_list(t):
-            inner = feature(t.value_type)
-            return {"feature": inner, "length": getattr(t, "list_size", -1), "_type": "Sequence"}
-        return {"dtype": str(t), "_type": "Value"}
-
-    info = {"info": {"features": {f.name: feature(f.type) for f in schema}},
-            "fingerprint": hashlib.sha256(rel.encode()).hexdigest()[:16]}
-    return {b"huggingface": json.dumps(info).encode()}
-
-
 def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *, overwrite: bool = False,
                progress: bool = False) -> SynthSummary:
     """Write a LeRobot v3.0 dataset to ``out`` (a local directory). Deterministic for a given config."""
@@ -174,7 +167,7 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
         raise ValueError(f"depth_unit must be 'mm' or 'm', got {cfg.depth_unit!r}")
     if set(cfg.depth_cameras) & set(cfg.cameras):
         raise ValueError("a camera cannot be both RGB and depth")
-    videos = {key: VideoFileWriter(root, key, cfg) for key in cfg.cameras}
+    videos = {key: VideoFileWriter(root, key, cfg) for key in cfg.cameras} if cfg.use_videos else {}
     videos |= {key: VideoFileWriter(root, key, cfg, depth=True) for key in cfg.depth_cameras}
     data_roll = Roller(cfg.chunks_size)
     data_pending: list[pa.Table] = []
@@ -191,7 +184,7 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
         path.parent.mkdir(parents=True, exist_ok=True)
         # Like LeRobot (through HF datasets), every data file carries its own `huggingface` schema metadata
         # with a fingerprint of its own, so no two files' schemas are byte-equal.
-        schema = data_pending[0].schema.with_metadata(_hf_metadata(data_pending[0].schema, str(path.relative_to(root))))
+        schema = data_pending[0].schema.with_metadata(hf_metadata(data_pending[0].schema, str(path.relative_to(root))))
         data_pending = [t.replace_schema_metadata(schema.metadata) for t in data_pending]
         if cfg.row_groups == "episode":
             with pq.ParquetWriter(path, schema) as w:
@@ -221,15 +214,19 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
             "dataset_from_index": start,
             "dataset_to_index": start + length,
         }
+        images: dict[str, pa.Array] = {}
         for cam_id, key in enumerate(cfg.cameras):
             frames = [render_frame(start + k, ep, cam_id, k, cfg.height, cfg.width) for k in range(length)]
-            chunk, file, t0, t1 = videos[key].add_episode(frames)
-            row |= {
-                f"videos/{key}/chunk_index": chunk,
-                f"videos/{key}/file_index": file,
-                f"videos/{key}/from_timestamp": t0,
-                f"videos/{key}/to_timestamp": t1,
-            }
+            if not cfg.use_videos:
+                images[key] = image_column(frames)
+            else:
+                chunk, file, t0, t1 = videos[key].add_episode(frames)
+                row |= {
+                    f"videos/{key}/chunk_index": chunk,
+                    f"videos/{key}/file_index": file,
+                    f"videos/{key}/from_timestamp": t0,
+                    f"videos/{key}/to_timestamp": t1,
+                }
             st = _image_stats(np.stack(frames[:: max(1, length // 8)]))
             image_stats[key].append(st)
             row |= {f"stats/{key}/{s}": v for s, v in st.items()}
@@ -251,6 +248,9 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
             row |= {f"stats/{key}/{s}": v for s, v in _stats(vals.reshape(length, -1)).items()}
         row |= {"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0}
         ep_rows.append(row)
+        # LeRobot's column order: info.json's features (image keys first here), language appended by annotate
+        rows = pa.table({**images, **dict(zip(rows.column_names, rows.columns, strict=True)),
+                         **(language_columns(ep, start, length, cfg.fps) if cfg.language else {})})
         all_tables.append(rows)
         data_pending.append(rows)
         data_bytes += rows.nbytes
@@ -295,7 +295,7 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
         "fps": cfg.fps,
         "splits": {"train": f"0:{cfg.episodes}"},
         "data_path": v3.DEFAULT_DATA_PATH,
-        "video_path": v3.DEFAULT_VIDEO_PATH if cfg.cameras or cfg.depth_cameras else None,
+        "video_path": v3.DEFAULT_VIDEO_PATH if (cfg.cameras and cfg.use_videos) or cfg.depth_cameras else None,
         "features": _features(cfg),
     }
     (root / v3.INFO_PATH).write_text(json.dumps(info, indent=4))

@@ -51,6 +51,8 @@ CODES: dict[str, str] = {
     "episode-rows-missing": "an episode in meta/episodes has no rows in the data",
     "episode-not-in-meta": "the data holds rows of an episode meta/episodes does not list",
     "episode-wrong-file": "an episode's rows are not in the data file meta/episodes names",
+    "image-feature-invalid": "an image feature's rows lack embedded image bytes, cannot be decoded, or are not the "
+                             "shape info.json declares",
     "episode-length-mismatch": "an episode's row count disagrees with its length",
     "episode-index-mismatch": "an episode's index is not dataset_from_index..to_index-1 or frame_index not 0..n-1",
     "timestamp-mismatch": "a row's timestamp is not frame_index / fps (within 1e-4 s): its video frame cannot be found",

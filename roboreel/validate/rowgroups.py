@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3_layout as v3
 from roboreel.validate._io import Root, progress_bar
+from roboreel.validate.images import check_image_rowgroup
 from roboreel.validate.report import Report
 
 _KEYS = ["episode_index", "index", "frame_index"]
@@ -91,6 +92,7 @@ def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
                 if table.num_rows == 0:
                     continue
                 found = _segments(rel, rg, table, info.fps)
+                check_image_rowgroup(pf, rg, info, report, file=rel, episodes=sorted(found))
                 if len(found) > 1:
                     report.error("rowgroup-multi-episode", f"row group holds {len(found)} episodes",
                                  file=rel, row_group=rg, episodes=list(found))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import SourceError
+from roboreel.formats.lerobot_v3_layout import version_message
 from roboreel.validate._io import Root, progress_bar
 from roboreel.validate.cameras import check_channels
 from roboreel.validate.media import CountMode, VideoProbeError, probe_video
@@ -54,8 +55,7 @@ def read_info(root: Root, report: Report, *, unreadable: Severity = "fatal") -> 
         report.add(unreadable, "info-unreadable", f"not valid JSON: {e}", file=v3.INFO_PATH)
         return None
     if isinstance(raw, dict) and raw.get("codebase_version") != v3.CODEBASE_VERSION:
-        report.add(unreadable, "version-unsupported",
-                   f"codebase_version {raw.get('codebase_version')!r}, roboreel reads {v3.CODEBASE_VERSION}",
+        report.add(unreadable, "version-unsupported", version_message(raw.get("codebase_version")),
                    file=v3.INFO_PATH)
         return None
     try:

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.manifest import MANIFEST_NAME, load_manifest, transform_summary
+from roboreel.formats.table_features import image_keys
 from roboreel.validate._io import Root
 
 
@@ -33,6 +34,11 @@ def _data_summary(root: Root, episodes: int) -> dict[str, Any]:
             row_groups += pq.ParquetFile(f).metadata.num_row_groups
     return {"files": len(files), "bytes": sum(files.values()), "row_groups": row_groups,
             "one_row_group_per_episode": row_groups == episodes}
+
+
+def _images(features: dict[str, Any]) -> list[dict[str, Any]]:
+    """Image features (images in parquet, kept encoded in the rows): key and declared shape."""
+    return [{"key": k, "shape": features[k].get("shape")} for k in image_keys(features)]
 
 
 def _source_summary(root: Root) -> dict[str, Any]:
@@ -54,7 +60,8 @@ def _source_summary(root: Root) -> dict[str, Any]:
         "kind": "source", "path": root.url, "codebase_version": info.raw.get("codebase_version"),
         "robot_type": info.raw.get("robot_type"), "fps": info.fps, "episodes": len(episodes),
         "frames": sum(lengths), "duration_s": round(sum(lengths) / info.fps, 3), "episode_length": _lengths(lengths),
-        "tasks": len(src.tasks), "cameras": cameras, "data": _data_summary(root, len(episodes)),
+        "tasks": len(src.tasks), "cameras": cameras, "images": _images(info.features),
+        "data": _data_summary(root, len(episodes)),
         "features": {k: {"dtype": f.get("dtype"), "shape": f.get("shape")} for k, f in info.features.items()
                      if k in info.tabular_keys},
     }
@@ -84,7 +91,7 @@ def _compiled_summary(root: Root) -> dict[str, Any]:
         "shards": {"count": len(sizes), "bytes": sum(sizes), "min_bytes": min(sizes, default=0),
                    "max_bytes": max(sizes, default=0), "episodes_min": min(per_shard, default=0),
                    "episodes_max": max(per_shard, default=0)},
-        "rows_bytes": rows_bytes, "source": m.source, "settings": m.settings,
+        "images": _images(m.features), "rows_bytes": rows_bytes, "source": m.source, "settings": m.settings,
     }
     if root.exists(v3.INFO_PATH):
         out["data"] = _data_summary(root, len(lengths))
@@ -135,6 +142,9 @@ def format_summary(s: dict[str, Any]) -> str:
     ]
     for i, c in enumerate(s["cameras"]):
         rows.append(("cameras" if i == 0 else "", _camera_line(c)))
+    for i, im in enumerate(s.get("images", ())):
+        shape = "x".join(str(n) for n in im["shape"] or ())
+        rows.append(("images" if i == 0 else "", f"{im['key']}: {shape}, encoded images in the data rows"))
     if "shards" in s:
         sh = s["shards"]
         rows.append(("shards", f"{sh['count']}, {_size(sh['bytes'])} (min {_size(sh['min_bytes'])}, max "

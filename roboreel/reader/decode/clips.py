@@ -29,6 +29,7 @@ from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.reader.decode.decoder_cache import IdleDecoders
 from roboreel.reader.decode.depth import DepthDecoder, code_table
 from roboreel.reader.decode.heap import in_side_arena
+from roboreel.reader.decode.images import finish_images
 from roboreel.reader.decode.requests import (
     MAX_LANES,
     SEEK_MODES,
@@ -342,7 +343,9 @@ def materialize(
             img = to_output(frames, return_uint8=return_uint8)
             depth = frames.dtype != torch.uint8  # LeRobot applies no image transform to depth maps
             sample[cam] = image_transforms(img) if image_transforms is not None and not depth else img
-        sample.update(value_tensors(p.values))
+        values = dict(p.values)
+        finish_images(values, p.images, image_transforms, batched=False)  # before value_tensors: numpy views
+        sample.update(value_tensors(values))
         out.append(sample)
         for clip in p.release:
             decoders.release(clip)

@@ -31,6 +31,8 @@ import torch
 from torch.utils.data import default_collate
 
 from roboreel.formats.errors import FrameTimestampError
+from roboreel.formats.table_features import LANGUAGE_COLUMNS
+from roboreel.reader.decode.images import finish_images
 from roboreel.reader.decode.requests import Clip, PendingSample
 
 ClipKey = tuple[str, int, str, int]  # Clip.key: shard, episode, camera, stream
@@ -73,6 +75,7 @@ class PendingBatch:
     release: list[ClipKey]  # clips no later batch reads (their episode left the pool)
     produce_seconds: float = 0.0  # worker time spent producing these samples
     runs: dict[ClipKey, dict[int, int]] = field(default_factory=dict)  # clip -> {frame: its GOP run's end}
+    images: Mapping[str, bool] = field(default_factory=dict)  # image features among values: PendingSample.images
 
     def __getstate__(self) -> dict[str, Any]:
         """Tabular tensors travel as numpy arrays, inline in the worker's pipe: a tensor would go through shared
@@ -142,7 +145,8 @@ def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]
                 plan.refs.append((key, f))
         release += [c.key for c in p.release]
     values = collate_values([p.values for p in samples])
-    return PendingBatch(len(samples), values, cameras, clips, wanted, release, seconds, runs)
+    return PendingBatch(len(samples), values, cameras, clips, wanted, release, seconds, runs,
+                        samples[0].images)
 
 
 def collate_values(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -151,12 +155,16 @@ def collate_values(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     Why not ``default_collate`` itself: in a DataLoader worker it stacks every tensor into a new shared-memory
     file (a file descriptor, ``ftruncate`` and ``mmap`` per key per batch), which ``PendingBatch`` then pickles
     inline anyway. ``np.stack`` gives the same shapes, dtypes and values as ``torch.stack`` of the tensors; every
-    other value (``task`` strings, non-numeric columns) goes through ``default_collate`` as before."""
+    other value (``task`` strings, non-numeric columns) goes through ``default_collate`` as before, except
+    LeRobot's language columns, kept as the list of the samples' values as ``lerobot_collate_fn`` keeps them
+    (lerobot/utils/collate.py: lerobot-train's collate when ``meta.has_language_columns``)."""
     out: dict[str, Any] = {}
     for key in values[0]:
         column = [v[key] for v in values]
         if isinstance(column[0], np.ndarray) and column[0].dtype.kind in "biuf":
             out[key] = torch.from_numpy(np.stack(column))
+        elif key in LANGUAGE_COLUMNS:
+            out[key] = column
         else:
             out[key] = default_collate(column)
     return out
@@ -231,6 +239,7 @@ def assemble(
         out[cam] = x
     for key, v in batch.values.items():
         out[key] = v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+    finish_images(out, batch.images, image_transforms, batched=True)
     for key in batch.release:
         clip = store.release(key)
         decoders.release(clip if clip is not None else Clip.stub(key))

@@ -7,7 +7,8 @@ they sit at the bottom of decode/ where both can import them without decode ever
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -64,6 +65,8 @@ class PendingSample:
     values: dict[str, Any]  # every non-camera key in final order: numpy arrays (tabular, ``*_is_pad``), ``task``
     video: dict[str, FrameRequest]  # camera key -> request, in camera order
     release: tuple[Clip, ...] = ()  # clips no later sample needs (their episode left the pool)
+    # image features among ``values`` (uint8 until finished, images.finish_images) -> whether image_transforms apply
+    images: Mapping[str, bool] = field(default_factory=dict)
 
 
 @dataclass

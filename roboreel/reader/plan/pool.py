@@ -26,6 +26,8 @@ import numpy as np
 
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.shard import EpisodeRecord
+from roboreel.formats.table_features import image_bytes, image_problem
+from roboreel.reader.decode.images import decode_image, decode_images
 from roboreel.reader.decode.requests import Clip, FrameRequest, PendingSample, window_lanes
 from roboreel.reader.plan.epoch import TAG_FRAMES, TAG_POOL, Slice
 from roboreel.reader.plan.rows import column_array
@@ -172,7 +174,13 @@ class _Needed(Sequence[int]):
 
 
 class LoadedEpisode:
-    """A pooled episode: its rows as numpy columns and its compressed clips (no pixels)."""
+    """A pooled episode: its rows as numpy columns and its compressed clips (no pixels).
+
+    Image features (``images``: key -> stored in metres, a depth image LeRobot scales to mm) stay encoded here,
+    one ``bytes`` per row; each sample decodes the ones it needs in ``pending`` (in the process that makes the
+    sample: a DataLoader worker), since a pool of decoded episodes would hold every frame as pixels.
+    ``transformed``: the image keys ``image_transforms`` applies to (LeRobot skips depth maps).
+    """
 
     def __init__(
         self,
@@ -184,8 +192,12 @@ class LoadedEpisode:
         windows: Mapping[str, np.ndarray],
         tasks: Mapping[int, str],
         stream: int = 0,
+        images: Mapping[str, bool] | None = None,
+        transformed: Sequence[str] = (),
     ) -> None:
         self.index, self.length, self.shard = record.index, record.length, shard
+        self.images = dict(images or {})
+        self.finish = {k: k in transformed for k in self.images}  # PendingSample.images: shared by every sample
         rows = record.rows
         if rows.num_rows != self.length:
             raise CompiledFormatError(f"record has {rows.num_rows} rows, its json says length {self.length}",
@@ -193,7 +205,8 @@ class LoadedEpisode:
         missing = [k for k in tabular_keys if k not in rows.column_names]
         if missing:
             raise CompiledFormatError(f"record rows lack feature columns {missing}", file=shard, episode=self.index)
-        self.columns = {k: column_array(rows.column(k), self.length) for k in tabular_keys}
+        self.columns = {k: self._image_column(rows, k) if k in self.images else column_array(rows.column(k), self.length, k)
+                        for k in tabular_keys}
         fi = self.columns.get("frame_index")
         if isinstance(fi, np.ndarray) and not np.array_equal(fi, np.arange(self.length)):
             raise CompiledFormatError("rows are not frames 0..length-1 in order", file=shard, episode=self.index)
@@ -211,6 +224,17 @@ class LoadedEpisode:
         self._task_index = task_index
         self.nbytes = sum(len(c.data) for c in self.clips.values()) + rows.nbytes
 
+    def _image_column(self, rows: Any, key: str) -> list[bytes]:
+        problem = image_problem(rows.column(key))
+        if problem:
+            raise CompiledFormatError(f"image feature {key!r} {problem}", file=self.shard, episode=self.index)
+        return image_bytes(rows.column(key))
+
+    def _image(self, key: str, rows: list[int]) -> np.ndarray:
+        name = f"{self.shard}: episode {self.index} {key!r} frame {rows[0]}"
+        col, metres = self.columns[key], self.images[key]
+        return decode_images([col[i] for i in rows], name=name, metres=metres)
+
     def pending(self, f: int, *, last: bool, run_end: int | None = None) -> PendingSample:
         """The pending sample of frame ``f`` (its window's rows gathered, its frames named, nothing decoded).
         Numeric values are numpy arrays (``PendingSample.values``): indexing numpy costs a fraction of a tensor
@@ -221,10 +245,17 @@ class LoadedEpisode:
         for key, col in self.columns.items():
             off = self.windows.get(key)
             if off is None:  # a copy (0-dim for a scalar column): a sample must not pin the episode's column
-                values[key] = np.array(col[f]) if key in self.numeric else col[f]
+                if key in self.images:
+                    values[key] = decode_image(col[f], name=f"{self.shard}: episode {self.index} {key!r} "
+                                               f"frame {f}", metres=self.images[key])
+                else:
+                    values[key] = np.array(col[f]) if key in self.numeric else col[f]
             else:
                 q, pad = window(f, 0, self.length, off)
-                values[key] = col[q] if key in self.numeric else [col[i] for i in q.tolist()]
+                if key in self.images:  # [T, C, H, W] for any window, as LeRobot stacks table columns
+                    values[key] = self._image(key, q.tolist())
+                else:
+                    values[key] = col[q] if key in self.numeric else [col[i] for i in q.tolist()]
                 pads[f"{key}_is_pad"] = pad
         video: dict[str, FrameRequest] = {}
         for cam, clip in self.clips.items():
@@ -239,7 +270,8 @@ class LoadedEpisode:
             values[f"{key}_is_pad"] = pads[f"{key}_is_pad"]
         if self._task_index is not None:
             values["task"] = self.tasks[int(self._task_index[f])]
-        return PendingSample(self.index, f, values, video, tuple(self.clips.values()) if last else ())
+        return PendingSample(self.index, f, values, video, tuple(self.clips.values()) if last else (),
+                             self.finish)
 
 
 def pending_samples(
