@@ -35,6 +35,7 @@ from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.decode.routing import resolve_decode_device
 from roboreel.reader.fetch.source import Store, retrying
 from roboreel.reader.meta import DatasetMeta
+from roboreel.reader.mixture import build_mixture
 from roboreel.reader.options import DecodeOptions, StreamOptions, legacy_options
 from roboreel.reader.plan.epoch import (
     Selection,
@@ -67,6 +68,10 @@ class CompiledDataset(IterableDataset):
 
     Args:
         path_or_url: compiled dataset root: a local directory or any fsspec URL (file://, http(s)://, s3://, hf://).
+            A list of them makes a mixture (a ``MixtureDataset``, reader/mixture.py; docs/reader.md "Mixtures"),
+            every other argument as for one dataset; ``episodes`` then has one entry per dataset.
+        weights, samples_per_epoch: a mixture's member probabilities (None: every frame of every member once per
+            epoch) and draws per epoch (default: the members' frames together); refused for one path.
         delta_timestamps: ``{key: [seconds, ...]}`` windows (tabular or camera keys), as in LeRobot.
         episodes: only these episode indices (default: all).
         episode_pool_size: whole episodes each consumer keeps (compressed) and draws frames across. Default 16.
@@ -90,10 +95,22 @@ class CompiledDataset(IterableDataset):
     Call ``set_epoch(epoch)`` at the start of every epoch (as with DistributedSampler); see docs/reader.md.
     """
 
+    def __new__(cls, path_or_url: Any = None, *args: Any, weights: Sequence[float] | None = None,
+                samples_per_epoch: int | None = None, **kwargs: Any) -> Any:
+        """A list of paths makes a ``MixtureDataset`` (reader/mixture.py); one path, this class."""
+        if isinstance(path_or_url, list | tuple):
+            return build_mixture(cls, path_or_url, weights=weights, samples_per_epoch=samples_per_epoch, **kwargs)
+        if weights is not None or samples_per_epoch is not None:
+            raise ValueError("weights= and samples_per_epoch= mix several datasets: pass a list of paths, "
+                             f"CompiledDataset([a, b], weights=[...]); got one: {path_or_url!r}")
+        return super().__new__(cls)
+
     def __init__(
         self,
         path_or_url: str,
         *,
+        weights: Sequence[float] | None = None,
+        samples_per_epoch: int | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         episodes: Iterable[int] | None = None,
         episode_pool_size: int = DEFAULT_POOL_SIZE,
@@ -110,6 +127,7 @@ class CompiledDataset(IterableDataset):
         **legacy: Any,
     ) -> None:
         super().__init__()
+        del weights, samples_per_epoch  # __new__'s (a mixture never reaches this __init__)
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
