@@ -57,6 +57,7 @@ class RunConfig:
     seconds: float | None = None  # stop the steady window after this long instead of after ``batches``
     seed: int = 0
     decode_threads: int | None = None  # the loader reader's decode threads (None: the available cores)
+    weights: tuple[float, ...] | None = None  # a mixture's (compiled = "a,b,..."); None: every frame once
 
 
 def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfig, where: str = "local",
@@ -70,7 +71,8 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     faulted in and its buffers allocated; a small benchmark dataset's first epoch is mostly those seconds. Every
     reader gets the same treatment, LeRobotDataset included."""
     built = build(reader, mode, compiled=compiled, source=source, pool_size=cfg.pool_size, seed=cfg.seed + repeat,
-                  decode_device=cfg.decode_device, storage_options=storage_options, uint8=cfg.uint8)
+                  decode_device=cfg.decode_device, storage_options=storage_options, uint8=cfg.uint8,
+                  weights=cfg.weights)
     loader_kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "num_workers": cfg.num_workers}
     if cfg.num_workers > 0:
         # Persistent, as lerobot-train runs them: with a warm-up epoch, workers forked again each epoch would
