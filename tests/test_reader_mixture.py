@@ -169,3 +169,26 @@ def test_per_dataset_episodes_and_bad_arguments(pair, tmp_path_factory):
     with pytest.raises(MixtureMismatch, match="--resize") as e:
         CompiledDataset([str(a), str(other)])
     assert str(a) in str(e.value) and str(other) in str(e.value)
+
+
+def test_remote_mixture_equals_the_local_one_through_faults(pair):
+    """Both members over http:// (one server injecting 503s): the same batches as the local mixture."""
+    from support.httpserver import Faults, FaultyServer
+    from support.resume import assert_same_batches
+
+    from roboreel.reader import StreamOptions
+
+    (_, a), (_, b) = pair
+    kw = {"weights": [0.5, 0.5], "samples_per_epoch": 80, "seed": 3, "episode_pool_size": 3,
+          "stream": StreamOptions(backoff_s=0.01)}
+
+    def read(paths):
+        return list(torch.utils.data.DataLoader(CompiledDataset(paths, **kw), batch_size=8, num_workers=2))
+
+    local = read([str(a), str(b)])
+    faults = Faults(unavailable=0.3, seed=1, path_prefix="/shards/", max_faults=4)
+    with FaultyServer(a) as sa, FaultyServer(b, faults=faults) as sb:
+        remote = read([sa.url, sb.url])
+        injected = sb.faults_injected()
+    assert sum(injected.values()) > 0
+    assert_same_batches(remote, local)
