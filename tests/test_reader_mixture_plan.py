@@ -129,3 +129,10 @@ def test_a_small_member_repeats_pass_after_pass_in_fresh_orders(tmp_path_factory
     assert sorted(set(counts.tolist())) == [2, 3] and len(counts) == n
     orders = [plan.pass_order(0, 0, p, len(sel.shards)).tolist() for p in range(3)]
     assert len({tuple(o) for o in orders}) > 1  # each pass a fresh shard order
+
+
+def test_one_pool_size_is_split_between_the_members():
+    plan = MixturePlan((3000, 1000, 50), (0.625, 0.25, 0.125), 4000)
+    assert plan.pool_sizes(16).tolist() == [10, 4, 2] and plan.pool_sizes(2).tolist() == [1, 1, 1]
+    assert MixturePlan((3000, 1000), None).pool_sizes(16).tolist() == [12, 4]
+    assert MixturePlan((30, 10), (1.0, 0.0), 40).pool_sizes(16).tolist() == [16, 0]  # a member never drawn

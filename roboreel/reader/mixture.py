@@ -134,6 +134,7 @@ class MixtureDataset(IterableDataset):
         wts = None if weights is None else tuple(float(w) for w in weights)
         self.plan = MixturePlan(tuple(m.num_frames for m in self.members), wts, samples_per_epoch, self.seed,
                                 self.shuffle)
+        self.pool_sizes = self.plan.pool_sizes(m0.episode_pool_size)  # one pool size split between members
         empty = [u for u, n, q in zip(self.urls, self.plan.totals, self.plan.quotas.tolist(), strict=True)
                  if q and not n]
         if empty:
@@ -239,7 +240,7 @@ class MixtureDataset(IterableDataset):
             slices = member_slices(self.plan, i, ds.manifest, ds.selection, epoch, lo, lo + int(counts[i]))
             order, sizes, starts, stops = stream_arrays(slices, ds.manifest.lengths)
             schedule = PoolSchedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
-                                    pool_size=ds.episode_pool_size, shuffle=self.shuffle,
+                                    pool_size=int(self.pool_sizes[i]), shuffle=self.shuffle,
                                     seed=self.plan.member_seed(i), epoch=epoch, rank=world.rank,
                                     worker=world.worker, frame_order=self.frame_order, segment=ds.segment)
             schedule.skip(int(done[i]))
@@ -270,6 +271,7 @@ class MixtureDataset(IterableDataset):
             "mixture": hashlib.sha256(members.encode()).hexdigest()[:16],
             "weights": None if self.plan.weights is None else list(self.plan.weights),
             "samples_per_epoch": self.plan.size, "seed": self.seed, "shuffle": self.shuffle,
+            "pool_sizes": self.pool_sizes.tolist(),
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
         }
 

@@ -13,7 +13,8 @@ fresh order are read). The draws are cut between ranks and workers exactly as on
 (``consumer_range`` over ``T``: equal steps per rank, whole batches per worker), and the consumer owning draws
 ``[lo, hi)`` reads, of member ``i``, the frames ``[count_i(draws < lo), count_i(draws < hi))`` of its virtual
 stream: contiguous runs, disjoint between consumers, together exactly ``T_i``. Each member keeps its own episode
-pool in each consumer; the draws say which pool gives the next sample, so resuming after ``n`` samples skips
+pool in each consumer (the pool size split by the members' shares, ``pool_sizes``); the draws say which pool
+gives the next sample, so resuming after ``n`` samples skips
 ``count_i(first n draws)`` picks in pool ``i``: arithmetic, no replay of data.
 
 Pure functions of the members' frame counts and (seed, epoch, world): no I/O, so every rank computes the same.
@@ -99,6 +100,16 @@ class MixturePlan:
     def size(self) -> int:
         """Draws per epoch, all ranks together."""
         return int(self.quotas.sum())
+
+    def pool_sizes(self, pool_size: int) -> np.ndarray:
+        """Each member's episode pool in a consumer: ``pool_size`` split by the members' shares of the draws
+        (largest remainder), at least 1 for a member drawn at all. So a consumer holds about ``pool_size`` episodes
+        whatever the number of members (memory, open decoders, episodes read at an epoch's start, as for one
+        dataset), and a member's episodes leave its pool at the rate of one dataset's."""
+        q = self.quotas
+        if not q.sum():
+            return np.zeros_like(q)
+        return np.where(q > 0, np.maximum(member_quotas(q.tolist(), q.tolist(), pool_size), 1), 0)
 
     def member_seed(self, member: int) -> int:
         """The seed of member ``member``'s pools and pass orders: independent of the other members'."""
