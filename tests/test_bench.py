@@ -127,3 +127,30 @@ def test_bench_chart_and_summary_name_the_data(small_source, small_compiled, tmp
     assert f"{cam.height}x{cam.width}" in label and "uint8, batch 4, 1 worker (persistent)" in label
     assert label in (out / "summary.md").read_text()
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_compares_a_mixture_with_its_largest_member(small_source, small_compiled, tmp_path_factory,
+                                                          tmp_path):
+    """``roboreel bench a,b --weights ... --readers loader,largest_loader``: the mixture, then its largest member
+    alone, alternated; readers of one source refuse a mixture."""
+    from support.datasets import compiled_pair
+
+    _, other = compiled_pair(tmp_path_factory, episodes_per_shard=2, episodes=3, seed=5)
+    mix = f"{small_compiled},{other}"
+    out = tmp_path / "bench"
+    rc = main(["bench", mix, "--weights", "0.6,0.4", "--readers", "loader,largest_loader", "--modes", "single",
+               "--batch-size", "4", "--num-workers", "0", "--warmup", "1", "--batches", "2", "--repeats", "2",
+               "--no-ceiling", "--no-isolate", "--out", str(out)])
+    assert rc == 0
+    runs = json.loads((out / "runs.json").read_text())
+    assert [r["reader"] for r in runs] == ["loader", "largest_loader"] * 2
+    assert all(r["samples"] == 8 and r["samples_per_s"] > 0 for r in runs)
+    from roboreel.bench.readers import build
+
+    built = build("loader", "single", compiled=mix, source="", pool_size=None, seed=0, weights=(0.6, 0.4))
+    assert built.compiled.urls == [str(small_compiled), str(other)] and built.compiled.member_samples()[1] > 0
+    alone = build("largest_loader", "single", compiled=mix, source="", pool_size=None, seed=0).compiled
+    assert alone.url == str(small_compiled) and alone.num_frames > built.compiled.members[1].num_frames
+    cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=2)
+    with pytest.raises(ValueError, match="largest member"):
+        run_one("reference", "single", compiled=mix, source=str(small_source), cfg=cfg)

@@ -54,3 +54,12 @@ def test_a_wrong_loader_fails_before_lerobot_starts():
                            "--policy.type=act"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "roboreel lerobot-train: error: --roboreel.loader='fast': expected one of" in proc.stderr
+
+
+def test_mixture_weights_are_parsed_and_checked():
+    rest = ["--dataset.root=/a,/b", "--policy.type=act"]
+    got = LoaderOptions.from_argv([rest[0], "--roboreel.weights=0.7,0.3", rest[1]])
+    assert got == (LoaderOptions(weights=(0.7, 0.3)), rest)
+    assert LoaderOptions.from_argv(["--roboreel.weights", "[1,2]"])[0].weights == (1.0, 2.0)
+    with pytest.raises(ValueError, match="--roboreel.weights must be numbers separated by commas"):
+        LoaderOptions.from_argv(["--roboreel.weights=0.7;0.3"])

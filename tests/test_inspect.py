@@ -78,3 +78,25 @@ def test_inspect_unreadable_exits_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["inspect", str(tmp_path / "empty")]) == 2
     assert "not a dataset" in capsys.readouterr().err
+
+
+def test_inspect_a_mixture(small_compiled, tmp_path_factory, capsys):
+    """``roboreel inspect a,b --weights``: both members, then the mixture's draws, features and tasks; datasets
+    that cannot be mixed exit 2 with the error naming both."""
+    from support.datasets import compiled_pair
+
+    _, other = compiled_pair(tmp_path_factory, episodes_per_shard=2, episodes=3, seed=5)
+    mix = f"{small_compiled},{other}"
+    assert main(["inspect", mix, "--weights", "3,1", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    frames = [m["frames"] for m in s["members"]]
+    assert s["mixture"]["samples_per_epoch"] == sum(frames)
+    n0 = round(sum(frames) * 3 / 4)  # largest remainder: the rounded share
+    assert s["mixture"]["member_samples"] == [n0, sum(frames) - n0]
+    assert "observation.images.top" in s["mixture"]["features"] and s["mixture"]["left_out"] == {}
+    assert main(["inspect", mix]) == 0
+    assert f"{sum(frames)} (" in capsys.readouterr().out
+    _, big = compiled_pair(tmp_path_factory, episodes_per_shard=2, episodes=2, height=72)
+    assert main(["inspect", f"{small_compiled},{big}"]) == 2
+    err = capsys.readouterr().err
+    assert str(small_compiled) in err and str(big) in err and "--resize" in err

@@ -10,6 +10,8 @@
   calls it: every other knob (workers kept across epochs, prefetch, decode threads) at its default.
 - ``loader_refork``: the same with ``persistent_workers=False``: new DataLoader workers every epoch (the default
   before issue 25), to show what keeping them is worth.
+- ``largest`` / ``largest_loader``: ``compiled`` / ``loader`` over the largest member of a mixture alone
+  (``compiled`` given as ``a,b,...``), the yardstick of a mixture's throughput (reader/mixture.py).
 - ``reference``: roboreel's map-style reader over the *source* (random sampler, batched ``__getitems__``,
   decoder reuse): the honest fast baseline for reading LeRobot v3 as it is published.
 - ``lerobot``: LeRobot's own ``LeRobotDataset`` over the source (``return_uint8`` as the run asks), when
@@ -29,10 +31,11 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-Reader = Literal["compiled", "loader", "loader_cl", "loader_readme", "loader_refork", "reference", "lerobot"]
+Reader = Literal["compiled", "loader", "loader_cl", "loader_readme", "loader_refork", "largest", "largest_loader",
+                 "reference", "lerobot"]
 Mode = Literal["single", "sarm"]
-READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "loader_readme", "loader_refork", "reference",
-                            "lerobot")
+READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "loader_readme", "loader_refork", "largest",
+                            "largest_loader", "reference", "lerobot")
 README_READERS = ("loader_readme", "loader_refork")  # roboreel.loader called as the README does (runner.py)
 MODES: tuple[str, ...] = ("single", "sarm")
 LATENCY_KEY = "__bench_latency_s"
@@ -113,17 +116,38 @@ def lerobot_available() -> tuple[bool, str]:
     return True, ""
 
 
+def mixture_members(compiled: str) -> list[str]:
+    """The members of a mixture spelled ``a,b,...`` (one path: itself)."""
+    return [p for p in compiled.split(",") if p]
+
+
+def largest_member(compiled: str) -> str:
+    """The member of ``a,b,...`` with the most frames (its manifest's index)."""
+    from roboreel.formats.manifest import load_manifest
+
+    members = mixture_members(compiled)
+    return max(members, key=lambda p: int(load_manifest(p).index.shard_frames().sum()))
+
+
 def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int | None, seed: int,
           decode_device: str = "cpu", storage_options: dict | None = None, uint8: bool = False,
-          resize: tuple[int, int] | None = None) -> Built:
+          resize: tuple[int, int] | None = None, weights: Sequence[float] | None = None) -> Built:
     """Construct one reader's dataset for ``mode`` (``uint8``: camera frames as uint8, for every reader;
-    ``resize``: the source readers resize frames with torchvision's ``Resize(antialias=True)``)."""
+    ``resize``: the source readers resize frames with torchvision's ``Resize(antialias=True)``). ``compiled``
+    may be a mixture ``a,b,...`` (read with ``weights``) for the compiled readers."""
     dts = delta_timestamps(mode)
     transform = None
     if resize is not None and reader in ("reference", "lerobot"):
         from torchvision.transforms import v2  # LeRobot's venv has it (roboreel's does not need it)
 
         transform = v2.Resize(list(resize), antialias=True)
+    if reader.startswith("largest"):
+        compiled, reader, weights = largest_member(compiled), reader.replace("largest", "compiled"), None
+        reader = "loader" if reader == "compiled_loader" else reader
+    members = mixture_members(compiled)
+    if len(members) > 1 and reader in ("reference", "lerobot"):
+        raise ValueError(f"reader {reader!r} reads one source dataset, not the mixture {compiled!r}: compare the "
+                         "mixture with its largest member (--readers compiled,largest or loader,largest_loader)")
     if reader in ("compiled", "loader", "loader_cl", *README_READERS):
         from roboreel.reader import CompiledDataset
         from roboreel.reader.options import DecodeOptions, StreamOptions
@@ -132,7 +156,9 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
                                   "stream": StreamOptions(storage_options=storage_options), "return_uint8": uint8}
         if pool_size:
             kwargs["episode_pool_size"] = pool_size
-        ds = CompiledDataset(compiled, **kwargs)
+        if len(members) > 1 or weights is not None:
+            kwargs["weights"] = None if weights is None else list(weights)
+        ds = CompiledDataset(members if len(members) > 1 else compiled, **kwargs)
         return Built(TimedIterable(ds), map_style=False, stats=ds.stats, camera_keys=tuple(ds.camera_keys), compiled=ds,
                      staged=reader != "compiled" or decode_device != "cpu")
     if reader == "reference":

@@ -61,6 +61,7 @@ class RunConfig:
     # Resize(antialias=True) as an image transform, what users do today instead of compiling at that size
     resize: tuple[int, int] | None = None
     span_epochs: bool = True  # the steady window runs on into the next epochs (set_epoch each) until it is full
+    weights: tuple[float, ...] | None = None  # a mixture's (compiled = "a,b,..."); None: every frame once
 
 
 def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfig, where: str = "local",
@@ -78,7 +79,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     reader gets the same treatment, LeRobotDataset included."""
     built = build(reader, mode, compiled=compiled, source=source, pool_size=cfg.pool_size, seed=cfg.seed + repeat,
                   decode_device=cfg.decode_device, storage_options=storage_options, uint8=cfg.uint8,
-                  resize=tuple(cfg.resize) if cfg.resize else None)
+                  resize=tuple(cfg.resize) if cfg.resize else None, weights=cfg.weights)
     loader_kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "num_workers": cfg.num_workers}
     if cfg.num_workers > 0:
         # Persistent, as lerobot-train runs them: with a warm-up epoch, workers forked again each epoch would

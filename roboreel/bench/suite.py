@@ -107,7 +107,8 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
             readers.remove("lerobot")
     transport = None
     ceilings: list[float] = []  # one per local round: the ceiling is alternated with the readers too
-    clips = compiled_clips(compiled) if ceiling else []
+    first = compiled.split(",")[0]  # a mixture (a,b,...): the ceiling and shapes of its first member
+    clips = compiled_clips(first) if ceiling else []
 
     def round_ceiling(where: str, mode: str, r: int) -> float | None:
         """The ceiling for this round: measured again before every local round, so a machine whose speed drifts
@@ -123,7 +124,7 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
         return statistics.median(ceilings) if ceilings else None
 
     if ceiling:
-        shapes = [(3, c.height, c.width) for c in load_manifest(compiled).cameras]
+        shapes = [(3, c.height, c.width) for c in load_manifest(first).cameras]
         transport = transport_bound(shapes, uint8=cfg.uint8, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
                                     prefetch=cfg.prefetch)
         echo(f"transport bound: {transport:,.0f} samples/s (a DataLoader moving {'uint8' if cfg.uint8 else 'float32'}"

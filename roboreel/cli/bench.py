@@ -8,7 +8,10 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark dataloading (single/sarm) against the source baseline; compile speed")
-    p.add_argument("compiled", nargs="?", help="compiled dataset (default: PREPARE/compiled)")
+    p.add_argument("compiled", nargs="?", help="compiled dataset (default: PREPARE/compiled), or a mixture a,b,... "
+                   "(compare it with its largest member: --readers loader,largest_loader)")
+    p.add_argument("--weights", default=None, metavar="W1,W2,...",
+                   help="a mixture's draw probabilities, one per dataset (default: every frame of each once)")
     p.add_argument("--source", help="its source dataset (default: the manifest's source url)")
     p.add_argument("--prepare", metavar="DIR", help="synthesise + compile the standard benchmark dataset into DIR "
                    "(3 cameras, 20 fps, 224x224, --episodes) unless already there, and use it")
@@ -22,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--modes", default="single,sarm")
     p.add_argument("--readers", default="compiled,loader,reference,lerobot",
                    help="compiled = DataLoader(CompiledDataset), loader = roboreel.loader (decode threads in the main "
-                        "process), loader_cl = the same with channels_last=True, reference, lerobot = LeRobotDataset")
+                        "process), loader_cl = the same with channels_last=True, largest / largest_loader = compiled "
+                        "/ loader over a mixture's largest member alone, reference, lerobot = LeRobotDataset")
     p.add_argument("--decode-threads", type=int, default=None,
                    help="the loader reader's decode threads (default: the available cores)")
     p.add_argument("--lerobot-python", default=None, metavar="PYTHON",
@@ -101,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         src, comp = prepare(Path(args.prepare), spec)
         compiled, source = str(comp), str(src)
         compiled = args.compiled or compiled
+    elif args.compiled and "," in args.compiled:  # a mixture: only the compiled readers read it
+        compiled, source = args.compiled, args.source or ""
     elif args.compiled:
         compiled = args.compiled
         source = args.source or load_manifest(compiled).source.get("url")
@@ -132,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
                         pool_size=args.pool_size, decode_device=args.decode_device, warmup_batches=args.warmup,
                         warmup_epochs=args.warmup_epochs, persistent_workers=not args.no_persistent_workers,
                         batches=args.batches, seconds=args.seconds, uint8=args.uint8, span_epochs=not args.one_epoch,
-                        decode_threads=args.decode_threads)
+                        decode_threads=args.decode_threads,
+                        weights=tuple(float(w) for w in args.weights.split(",")) if args.weights else None)
         run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
                   cfg=cfg, repeats=args.repeats, out=out, remote_latency_ms=args.remote_latency_ms,
                   ceiling=not args.no_ceiling, lerobot_python=args.lerobot_python,

@@ -1,7 +1,8 @@
 """One consumer's stream, run: what a rank's DataLoader worker (or the main process) executes for one epoch.
 
 ``SliceReader`` on a prefetch thread (tar records -> ``LoadedEpisode``) -> ``PoolSchedule`` + ``pending_samples``
--> ``materialize`` in groups of ``decode_batch`` (or, deferred, the compressed pending samples for
+(``MemberStream``; a mixture runs one per member and interleaves them) -> ``materialize`` in groups of
+``decode_batch`` (or, deferred, the compressed pending samples for
 ``roboreel.loader``) -> samples, with the counters flushed as it goes and every thread, decoder and freed page
 handed back when the iterator ends or is closed.
 
@@ -26,6 +27,7 @@ from roboreel.reader.decode.clips import ClipDecoders, materialize
 from roboreel.reader.decode.deferred import ship_once
 from roboreel.reader.decode.heap import release_free_memory
 from roboreel.reader.decode.idle_policy import IdlePolicy
+from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.fetch.prefetch import Prefetcher
 from roboreel.reader.fetch.source import SliceReader, Store
 from roboreel.reader.plan.epoch import Slice, World
@@ -33,7 +35,21 @@ from roboreel.reader.plan.pool import LoadedEpisode, PoolSchedule, pending_sampl
 from roboreel.reader.stats import Flusher, SharedCounters
 
 
-class ConsumerSettings(Protocol):
+class DecodeSettings(Protocol):
+    """What the decode loop reads of its dataset (a ``CompiledDataset`` or a mixture of them)."""
+
+    decode_device: str
+    keep_frames: dict[str, int]
+    depth: dict[str, DepthQuant]  # depth camera -> its quantiser (decoded to LeRobot's values, decode/depth.py)
+    decode_cache_bytes: int
+    idle_policy: IdlePolicy
+    decode_batch: int
+    tolerance_s: float
+    return_uint8: bool
+    image_transforms: Callable[..., Any] | None
+
+
+class ConsumerSettings(DecodeSettings, Protocol):
     """What a consumer reads of its dataset (``CompiledDataset`` has every one of these attributes)."""
 
     store: Store
@@ -42,20 +58,11 @@ class ConsumerSettings(Protocol):
     retries: int
     backoff_s: float
     tabular_keys: list[str]
-    image_keys: dict[str, bool]
+    image_keys: dict[str, bool]  # image feature -> whether it is depth recorded in metres (decode/images.py)
     transformed_images: list[str]
     camera_keys: list[str]
     windows: dict[str, np.ndarray]
     readahead: int
-    decode_device: str
-    keep_frames: dict[str, int]
-    depth: dict[str, DepthQuant]
-    decode_cache_bytes: int
-    idle_policy: IdlePolicy
-    decode_batch: int
-    tolerance_s: float
-    return_uint8: bool
-    image_transforms: Callable[..., Any] | None
 
 
 class Position:
@@ -65,24 +72,57 @@ class Position:
         self.epoch, self.world, self.yielded = epoch, world, start
 
 
+class MemberStream:
+    """One dataset's part of a consumer's epoch: its slices read on a prefetch thread, turned into the pending
+    samples of its episode pool (``schedule``). A mixture (mixture.py) runs one per member dataset.
+
+    Clip identities (``Clip.key``) must be unique among a process's live clips: ``shard_prefix`` tells members
+    apart (two datasets may both hold ``shards/000000.tar`` episode 0), and an episode read again in the same
+    stream (a mixture's member repeating: its next pass) gets ``stream + repeat * stride``. Lazy: nothing is
+    opened before the first ``next()``."""
+
+    def __init__(self, ds: ConsumerSettings, schedule: PoolSchedule, slices: list[Slice], *, stream: int,
+                 stride: int = 1, shard_prefix: str = "", tabular_keys: list[str] | None = None,
+                 camera_keys: list[str] | None = None) -> None:
+        todo = still_needed(slices, schedule)
+        # (an episode cut between two consumers is read whole by both: windows need its neighbours)
+        self.reader = reader = SliceReader(ds.store, ds.manifest, verify=ds.verify_checksums, retries=ds.retries,
+                                           backoff_s=ds.backoff_s)
+        shard_paths = ds.manifest.index.shards["path"]
+        tabular = ds.tabular_keys if tabular_keys is None else tabular_keys
+        cameras = ds.camera_keys if camera_keys is None else camera_keys
+        images = {k: v for k, v in ds.image_keys.items() if k in tabular}  # a mixture keeps the shared ones
+        transformed = [k for k in ds.transformed_images if k in images]
+
+        def loaded() -> Iterator[LoadedEpisode]:
+            seen: dict[tuple[int, int], int] = {}
+            for shard, rec in reader.records(todo):
+                repeat = seen[shard, rec.index] = seen.get((shard, rec.index), -1) + 1
+                yield LoadedEpisode(rec, shard=shard_prefix + shard_paths[shard], tabular_keys=tabular,
+                                    camera_keys=cameras, windows=ds.windows, tasks=ds.manifest.tasks,
+                                    stream=stream + repeat * stride, images=images, transformed=transformed)
+
+        self.prefetch = Prefetcher(loaded, ds.readahead) if todo else iter(())
+        self.pending = pending_samples(schedule, self.prefetch)
+
+    def close(self) -> None:
+        self.pending.close()
+        if isinstance(self.prefetch, Prefetcher):
+            self.prefetch.close()
+
+
 def run_consumer(ds: ConsumerSettings, schedule: PoolSchedule, slices: list[Slice], position: Position, row: int,
                  counters: SharedCounters, *, deferred: bool = False) -> Iterator[Any]:
     """Samples (or, ``deferred``, pending samples) of ``schedule``, read from ``slices`` of ``ds``; ``row`` is this
     process's row of ``counters`` (stats.py). Lazy: nothing is opened before the first ``next()``."""
-    todo = still_needed(slices, schedule)
-    # (an episode cut between two consumers is read whole by both: windows need its neighbours)
-    reader = SliceReader(ds.store, ds.manifest, verify=ds.verify_checksums, retries=ds.retries,
-                         backoff_s=ds.backoff_s)
-    shard_paths = ds.manifest.index.shards["path"]
+    member = MemberStream(ds, schedule, slices, stream=position.world.consumer)
+    return run_members(ds, [member], member.pending, position, row, counters, deferred=deferred)
 
-    def loaded() -> Iterator[LoadedEpisode]:
-        for shard, rec in reader.records(todo):
-            yield LoadedEpisode(rec, shard=shard_paths[shard], tabular_keys=ds.tabular_keys,
-                                camera_keys=ds.camera_keys, windows=ds.windows, tasks=ds.manifest.tasks,
-                                stream=position.world.consumer, images=ds.image_keys,
-                                transformed=ds.transformed_images)
 
-    prefetch = Prefetcher(loaded, ds.readahead) if todo else iter(())
+def run_members(ds: DecodeSettings, members: list[MemberStream], pending: Iterator[PendingSample],
+                position: Position, row: int, counters: SharedCounters, *, deferred: bool = False) -> Iterator[Any]:
+    """Decode ``pending`` (drawn from ``members``' streams) in groups of ``ds.decode_batch`` and yield the samples
+    (or, ``deferred``, the pending samples), flushing counters as it goes; every member is closed at the end."""
     decoders = ClipDecoders(device=ds.decode_device, keep=ds.keep_frames, depth=ds.depth,
                             run_cache_bytes=ds.decode_cache_bytes,
                             idle=ds.idle_policy.begin() if not deferred else None)
@@ -90,14 +130,15 @@ def run_consumer(ds: ConsumerSettings, schedule: PoolSchedule, slices: list[Slic
     yielded = 0
 
     def snapshot() -> dict[str, float]:
-        d, f = decoders.stats, reader.stats
-        return {"samples": yielded, "decode_seconds": d.decode_seconds, "fetch_seconds": f.fetch_seconds,
-                "fetch_wait_seconds": getattr(prefetch, "wait_seconds", 0.0), "bytes_read": f.bytes_read,
-                "requests": f.requests, "retries": f.retries, "episodes_read": f.records,
+        d, fs = decoders.stats, [m.reader.stats for m in members]
+        return {"samples": yielded, "decode_seconds": d.decode_seconds,
+                "fetch_seconds": sum(f.fetch_seconds for f in fs),
+                "fetch_wait_seconds": sum(getattr(m.prefetch, "wait_seconds", 0.0) for m in members),
+                "bytes_read": sum(f.bytes_read for f in fs), "requests": sum(f.requests for f in fs),
+                "retries": sum(f.retries for f in fs), "episodes_read": sum(f.records for f in fs),
                 "decoder_opens": d.decoder_opens, "decoder_reuses": d.decoder_reuses,
                 "decode_calls": d.decode_calls, "frames_decoded": d.frames_decoded}
 
-    pending = pending_samples(schedule, prefetch)
     if deferred:
         pending = ship_once(pending)
     try:
@@ -114,9 +155,11 @@ def run_consumer(ds: ConsumerSettings, schedule: PoolSchedule, slices: list[Slic
                 yield sample
             flusher.flush(snapshot())
     finally:
-        pending.close()
-        if isinstance(prefetch, Prefetcher):
-            prefetch.close()
+        close = getattr(pending, "close", None)
+        if close is not None:
+            close()
+        for m in members:
+            m.close()
         decoders.close()
         flusher.flush(snapshot())
         release_free_memory()  # epoch over: hand freed pages back (heap.py)

@@ -35,10 +35,11 @@ from roboreel.reader.decode.idle_policy import IdlePolicy, camera_lanes, idle_by
 from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.decode.routing import resolve_decode_device
 from roboreel.reader.depth import depth_cameras
+from roboreel.reader.epochs import EpochState
 from roboreel.reader.fetch.source import Store, retrying
 from roboreel.reader.meta import DatasetMeta
+from roboreel.reader.mixture import build_mixture
 from roboreel.reader.options import DecodeOptions, StreamOptions, legacy_options
-from roboreel.reader.plan.board import EpochBoard
 from roboreel.reader.plan.epoch import (
     Selection,
     Slice,
@@ -65,11 +66,15 @@ _FLAG_UNEVEN = 0
 MAX_KEEP = 32
 
 
-class CompiledDataset(IterableDataset):
+class CompiledDataset(EpochState, IterableDataset):
     """Stream a compiled roboreel dataset into training; samples match ``LeRobotDataset.__getitem__``.
 
     Args:
         path_or_url: compiled dataset root: a local directory or any fsspec URL (file://, http(s)://, s3://, hf://).
+            A list of them makes a mixture (a ``MixtureDataset``, reader/mixture.py; docs/reader.md "Mixtures"),
+            every other argument as for one dataset; ``episodes`` then has one entry per dataset.
+        weights, samples_per_epoch: a mixture's member probabilities (None: every frame of every member once per
+            epoch) and draws per epoch (default: the members' frames together); refused for one path.
         delta_timestamps: ``{key: [seconds, ...]}`` windows (tabular or camera keys), as in LeRobot.
         episodes: only these episode indices (default: all).
         episode_pool_size: whole episodes each consumer keeps (compressed) and draws frames across. Default 16.
@@ -93,10 +98,22 @@ class CompiledDataset(IterableDataset):
     Call ``set_epoch(epoch)`` at the start of every epoch (as with DistributedSampler); see docs/reader.md.
     """
 
+    def __new__(cls, path_or_url: Any = None, *args: Any, weights: Sequence[float] | None = None,
+                samples_per_epoch: int | None = None, **kwargs: Any) -> Any:
+        """A list of paths makes a ``MixtureDataset`` (reader/mixture.py); one path, this class."""
+        if isinstance(path_or_url, list | tuple):
+            return build_mixture(cls, path_or_url, weights=weights, samples_per_epoch=samples_per_epoch, **kwargs)
+        if weights is not None or samples_per_epoch is not None:
+            raise ValueError("weights= and samples_per_epoch= mix several datasets: pass a list of paths, "
+                             f"CompiledDataset([a, b], weights=[...]); got one: {path_or_url!r}")
+        return super().__new__(cls)
+
     def __init__(
         self,
         path_or_url: str,
         *,
+        weights: Sequence[float] | None = None,
+        samples_per_epoch: int | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         episodes: Iterable[int] | None = None,
         episode_pool_size: int = DEFAULT_POOL_SIZE,
@@ -113,6 +130,7 @@ class CompiledDataset(IterableDataset):
         **legacy: Any,
     ) -> None:
         super().__init__()
+        del weights, samples_per_epoch  # __new__'s (a mixture never reaches this __init__)
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
@@ -175,37 +193,9 @@ class CompiledDataset(IterableDataset):
                             if k in self.camera_keys and len(o) > 1}
         self._stream_id = self._stream_fingerprint()
         self._counters = SharedCounters()
-        self._epoch = 0
-        self._iters = 0
-        self._resume: dict[str, Any] | None = None
-        self._position: Position | None = None
-        self._board, self._seen = EpochBoard(), 0  # persistent workers' epoch (plan/board.py)
+        self._init_epochs()  # epoch, resume point, the board persistent workers read (epochs.py)
 
     # -- epochs and sizes -------------------------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration reads (reshuffles). Call it every epoch, before iterating."""
-        self._epoch, self._iters = int(epoch), 0
-        if self._resume is not None and self._resume["epoch"] != self._epoch:
-            self._resume = None
-        self._post()
-
-    def _post(self) -> None:
-        """Post this epoch and resume point for persistent DataLoader workers (plan/board.py); main process only."""
-        if get_worker_info() is None:
-            self._seen = self._board.post(self.epoch, self._resume)
-
-    def _begun_in_workers(self, epoch: int) -> None:
-        """DataLoader workers began reading ``epoch`` for this process: ``state_dict`` now speaks of it, the next
-        ``iter()`` without ``set_epoch`` reads the next one (as iterating here, or persistent workers' own copies,
-        would) and the resume point is spent."""
-        self._epoch, self._iters, self._resume, self._position = epoch, 1, None, None
-
-    def _follow_board(self) -> None:
-        """In a DataLoader worker: take the main process's newer post, if any (plan/board.py)."""
-        number, epoch, resume = self._board.read()
-        if number != self._seen:
-            self._seen, self._epoch, self._iters, self._resume, self._position = number, epoch, 0, resume, None
-
     @property
     def meta(self) -> DatasetMeta:
         """LeRobot-shaped metadata (``LeRobotDatasetMetadata``'s fields), read from meta/ on first use."""
@@ -224,11 +214,6 @@ class CompiledDataset(IterableDataset):
     def num_episodes(self) -> int:
         """Selected episodes (LeRobotDataset.num_episodes)."""
         return self.manifest.num_episodes if self.episodes is None else len(self.episodes)
-
-    @property
-    def epoch(self) -> int:
-        """The epoch the next ``iter()`` in this process reads."""
-        return self._epoch + self._iters
 
     def _world(self, worker: int = 0, num_workers: int = 1) -> World:
         rank, world_size = detect_rank(self.rank, self.world_size)
@@ -288,12 +273,9 @@ class CompiledDataset(IterableDataset):
         isolate_inherited_heap()  # first thing in a forked worker: see forksafe.py
         if not deferred:  # this process decodes (roboreel.loader's process sets its own threshold)
             pin_mmap_threshold()  # a flat C heap over many epochs: see heap.py
-        if get_worker_info() is not None:
-            self._follow_board()  # persistent workers: the epoch set in the main process since this copy was made
+        epoch = self._next_epoch()
         worker, num_workers = detect_worker()
         world = self._world(worker, num_workers)
-        epoch = self._epoch + self._iters
-        self._iters += 1
         skip, stream = self._take_resume(world, epoch)
         proc_worker = world.worker
         world = World(world.rank, world.world_size, stream, world.num_workers)  # the stream this worker serves
@@ -350,9 +332,7 @@ class CompiledDataset(IterableDataset):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state_dict()``: the next iteration continues the saved epoch at the next sample."""
-        self._resume = checked_state(state, self._stream_id)
-        self._epoch, self._iters, self._position = int(state["epoch"]), 0, None
-        self._post()
+        self._restore(checked_state(state, self._stream_id))
 
     def _take_resume(self, world: World, epoch: int) -> tuple[int, int]:
         """(samples to skip, worker stream to serve) for this process's worker in ``epoch``."""

@@ -49,6 +49,7 @@ from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.decode.stage import BatchJob, DecodePool, default_decode_threads
 from roboreel.reader.fetch.prefetch import Prefetcher
+from roboreel.reader.mixture import MixtureDataset
 from roboreel.reader.plan.resume import worker_batches
 from roboreel.reader.stats import Flusher
 
@@ -119,8 +120,8 @@ class DeviceLoader:
         channels_last: bool = False,
         **dataloader_kwargs: Any,
     ) -> None:
-        if not isinstance(dataset, CompiledDataset):
-            raise ValueError(f"dataset must be a roboreel CompiledDataset, got {type(dataset).__name__}")
+        if not isinstance(dataset, CompiledDataset | MixtureDataset):
+            raise ValueError(f"dataset must be a roboreel CompiledDataset (one or a mixture), got {type(dataset).__name__}")
         if decode_threads is None:
             decode_threads = default_decode_threads()
         for name, value, low in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),

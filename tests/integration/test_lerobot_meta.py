@@ -83,3 +83,24 @@ def test_policies_and_processors_built_from_meta_equal_lerobots(lerobot_pair, ma
                 _assert_same_stats(g.stats, w.stats)
                 gs, ws = g.state_dict(), w.state_dict()
                 assert list(gs) == list(ws) and all(np.array_equal(gs[k].numpy(), ws[k].numpy()) for k in ws)
+
+
+def test_mixture_stats_are_lerobots_aggregate_stats(lerobot_pair):
+    """A mixture's meta.stats is LeRobot's own ``aggregate_stats`` of its members' stats (here: one dataset twice
+    and with one member's counts, means and stds changed, so the pooled variance term is exercised)."""
+    from lerobot.datasets.compute_stats import aggregate_stats
+
+    from roboreel.formats.merge import aggregate_stats as ours
+
+    _, compiled = lerobot_pair
+    a = CompiledDataset(str(compiled)).meta.stats
+    b = {k: {n: (v * 3 + 1 if n in ("mean", "count") else v * 2) for n, v in s.items()} for k, s in a.items()}
+    want = aggregate_stats([a, b])
+    got = ours(["a", "b"], [a, b], list(a))
+    assert sorted(got) == sorted(want)
+    for key in want:
+        assert sorted(got[key]) == sorted(want[key]), key
+        for name in want[key]:
+            assert np.allclose(got[key][name], want[key][name], rtol=1e-12, atol=0), (key, name)
+    mixed = CompiledDataset([str(compiled), str(compiled)]).meta
+    assert mixed.stats["action"]["count"][0] == 2 * a["action"]["count"][0]

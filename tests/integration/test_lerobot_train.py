@@ -131,3 +131,54 @@ def test_accelerate_two_processes_read_disjoint_splits_in_equal_steps(lerobot_pa
         assert ranks[rank] == _expected(compiled, steps, rank=rank, world_size=2)
     lengths = [len(CompiledDataset(str(compiled), seed=SEED, batch_size=BATCH, rank=r, world_size=2)) for r in (0, 1)]
     assert lengths[0] == lengths[1]  # equal steps per epoch
+
+
+def _expected_mixture(compiled, n, weights, *, rank=0, world_size=1):
+    """The first ``n`` batches' (dataset_index, index) of the mixture stream the adapter must build."""
+    ds = CompiledDataset([str(compiled), str(compiled)], weights=weights,
+                         delta_timestamps={"action": [i / FPS for i in range(ACT_CHUNK)]}, return_uint8=True,
+                         seed=SEED, batch_size=BATCH, rank=rank, world_size=world_size)
+    return [list(zip([int(i) for i in b["dataset_index"]], batch_indices(b), strict=True))
+            for b in itertools.islice(torch.utils.data.DataLoader(ds, batch_size=BATCH), n)]
+
+
+def _mixture_args(compiled, out, *, steps):
+    args = _args(compiled, out, steps=steps, workers=0)
+    return [a if not a.startswith("--dataset.root=") else f"--dataset.root={compiled},{compiled}" for a in args] + [
+        "--roboreel.weights=0.7,0.3"]
+
+
+def _drawn(run, rank=0):
+    return [list(zip(b["dataset_index"], b["index"], strict=True)) for b in run.batches(rank)]
+
+
+def test_a_weighted_mixture_of_two_roots_trains_and_resumes(lerobot_pair, tmp_path):
+    """--dataset.root=a,b --roboreel.weights=0.7,0.3 (one compiled dataset twice: dataset_index tells them apart)."""
+    _, compiled = lerobot_pair
+    out = tmp_path / "out"
+    first = run_train(_mixture_args(compiled, out, steps=2), tmp_path / "probe1")
+    _ok(first)
+    want = _expected_mixture(compiled, 3, [0.7, 0.3])
+    assert _drawn(first) == want[:2] and {d for b in want for d, _ in b} == {0, 1}
+    config = out / "checkpoints/000002/pretrained_model/train_config.json"
+    resumed = run_train([f"--config_path={config}", "--resume=true", "--steps=3", "--log_freq=1",
+                         "--roboreel.weights=0.7,0.3"], tmp_path / "probe2")
+    _ok(resumed)
+    assert "resuming the data stream at epoch 0, batch 2 (step 2)" in resumed.log
+    assert _drawn(resumed) == want[2:3]
+
+
+def test_accelerate_two_processes_read_a_mixture_in_equal_steps(lerobot_pair, tmp_path):
+    _, compiled = lerobot_pair
+    steps = 3
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                "--main_process_port", str(free_port())]
+    run = run_train(_mixture_args(compiled, tmp_path / "out", steps=steps), tmp_path / "probe", launcher=launcher)
+    if run.started() < 2:  # never a false pass: this test is about two ranks
+        pytest.skip(f"accelerate started {run.started()} of 2 processes:\n{run.log[-2000:]}")
+    _ok(run)
+    ranks = [_drawn(run, r) for r in (0, 1)]
+    assert [len(r) for r in ranks] == [steps, steps]
+    for rank in (0, 1):
+        assert ranks[rank] == _expected_mixture(compiled, steps, [0.7, 0.3], rank=rank, world_size=2)

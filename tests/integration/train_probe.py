@@ -34,6 +34,8 @@ def recording(cycle):
         with open(OUT / f"rank{RANK}.jsonl", "a") as f:
             for batch in cycle(loader):
                 f.write(json.dumps({"index": batch["index"].tolist(), "loader": type(loader).__name__,
+                                    **({"dataset_index": batch["dataset_index"].tolist()}
+                                       if "dataset_index" in batch else {}),
                                     "spec": {k: [list(v.shape), str(v.dtype)] for k, v in batch.items()
                                              if hasattr(v, "shape")},
                                     "digest": {k: digest(v) for k, v in batch.items()}}) + "\n")

@@ -6,7 +6,8 @@ uint8 frames (lerobot-train divides camera keys by 255 itself), ``--dataset.epis
 ``--tolerance_s``, ImageNet stats written into ``meta.stats`` for non-depth cameras. What it changes: the order is
 roboreel's episode-pool shuffle, seeded by ``--seed``, instead of LeRobot's EpisodeAwareSampler; the dataset is
 iterable, so ``cfg.dataset.streaming`` is set to true (lerobot-train then builds its DataLoader without a sampler);
-on ``--resume`` the stream continues after the last sample the checkpointed step consumed; with
+on ``--resume`` the stream continues after the last sample the checkpointed step consumed; ``--dataset.root=a,b``
+(with ``--roboreel.weights=0.7,0.3`` or without: all frames once) trains on a mixture (reader/mixture.py); with
 ``--dataset.eval_split`` the held-out episodes are LeRobot's and are read in file order (all of them: LeRobot's
 ``--max_eval_samples`` subset needs its map-style dataset).
 """
@@ -15,25 +16,34 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from roboreel.formats.merge import common_features
 from roboreel.reader.dataset import CompiledDataset
 from roboreel.reader.meta import DatasetMeta
+from roboreel.reader.mixture import MixtureDataset
+from roboreel.reader.mixture_meta import MixtureMeta
 from roboreel.reader.options import DecodeOptions
 from roboreel.reader.plan.epoch import detect_rank
 
 logger = logging.getLogger(__name__)
 
 
-def make_train_eval_datasets(cfg: Any) -> tuple[CompiledDataset, CompiledDataset | None]:
+def make_train_eval_datasets(cfg: Any, *, weights: Sequence[float] | None = None
+                             ) -> tuple[CompiledDataset, CompiledDataset | None]:
     """``lerobot.datasets.factory.make_train_eval_datasets`` for a compiled dataset at ``--dataset.root``: the
     training dataset, and with ``--dataset.eval_split`` the held-out one (LeRobot's split: the last
-    ``ceil(n * eval_split)`` episodes of every task)."""
+    ``ceil(n * eval_split)`` episodes of every task). ``--dataset.root=a,b`` trains on a mixture of compiled
+    datasets, drawn with ``weights`` (``--roboreel.weights``; None: every frame of every root once per epoch)."""
     from lerobot.datasets.factory import resolve_delta_timestamps
 
     data = cfg.dataset
+    roots = [r.strip() for r in str(data.root or "").split(",") if r.strip()]
+    if len(roots) > 1 or weights is not None:
+        return _mixture(cfg, roots, weights), None
     if not isinstance(data.repo_id, str):
         raise ValueError("roboreel lerobot-train trains on one dataset: pass one --dataset.repo_id")
     if not data.root:
@@ -55,6 +65,30 @@ def make_train_eval_datasets(cfg: Any) -> tuple[CompiledDataset, CompiledDataset
     return dataset, evaluation
 
 
+def _mixture(cfg: Any, roots: list[str], weights: Sequence[float] | None) -> MixtureDataset:
+    """The training mixture of ``roots`` (``--dataset.root=a,b``); its meta merges theirs (reader/mixture_meta.py)."""
+    from lerobot.datasets.factory import resolve_delta_timestamps
+
+    data = cfg.dataset
+    if len(roots) < 2:
+        raise ValueError(f"--roboreel.weights mixes several compiled datasets: pass them as --dataset.root=a,b "
+                         f"(got {len(roots)} root)")
+    if data.eval_split:
+        raise ValueError("--dataset.eval_split is not supported with several --dataset.root yet: hold episodes "
+                         "out per dataset when compiling, or train on one root")
+    if data.episodes is not None:
+        raise ValueError("--dataset.episodes names one dataset's episodes; with several --dataset.root it would "
+                         "be ambiguous: select episodes in Python, CompiledDataset([a, b], episodes=[[...], None])")
+    metas = [DatasetMeta(r) for r in roots]
+    keys, _ = common_features(roots, [m.features for m in metas], [m.fps for m in metas])
+    delta_timestamps = resolve_delta_timestamps(cfg.trainable_config, MixtureMeta(metas, keys=keys, tasks=[]))
+    dataset = _dataset(cfg, roots, delta_timestamps, None, train=True, weights=weights)
+    data.streaming = True
+    if cfg.resume:
+        resume(dataset, cfg)
+    return dataset
+
+
 def split_episodes(meta: DatasetMeta, episodes: list[int] | None, eval_split: float) -> tuple[list[int], list[int]]:
     """LeRobot's train/eval split: episodes grouped by their first task, the last ``ceil(n * eval_split)`` of
     each group held out."""
@@ -73,8 +107,8 @@ def split_episodes(meta: DatasetMeta, episodes: list[int] | None, eval_split: fl
     return train, held_out
 
 
-def _dataset(cfg: Any, url: str, delta_timestamps: dict[str, list[float]] | None, episodes: list[int] | None, *,
-             train: bool) -> CompiledDataset:
+def _dataset(cfg: Any, url: str | list[str], delta_timestamps: dict[str, list[float]] | None,
+             episodes: list[int] | None, *, train: bool, weights: Sequence[float] | None = None) -> CompiledDataset:
     import torch
     from lerobot.transforms import ImageTransforms
     from lerobot.utils.constants import IMAGENET_STATS
@@ -93,6 +127,7 @@ def _dataset(cfg: Any, url: str, delta_timestamps: dict[str, list[float]] | None
         world_size=world_size,
         batch_size=cfg.batch_size,  # whole batches per worker: len(DataLoader) exact, equal steps on every rank
         decode=DecodeOptions(tolerance_s=cfg.tolerance_s),
+        **({"weights": weights} if weights is not None else {}),
     )
     dataset.meta.repo_id = data.repo_id
     if data.use_imagenet_stats:

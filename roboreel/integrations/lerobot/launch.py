@@ -15,6 +15,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from roboreel.integrations.lerobot.options import LoaderOptions
@@ -45,13 +46,14 @@ def patched(options: LoaderOptions | None = None) -> Iterator[None]:
     from roboreel.integrations.lerobot.datasets import make_train_eval_datasets
     from roboreel.integrations.lerobot.loading import StageLoader, stage_unsupported
     from roboreel.reader.dataset import CompiledDataset
+    from roboreel.reader.mixture import MixtureDataset
 
     options = options or LoaderOptions()
     original_prepare = accelerate.Accelerator.prepare_data_loader
 
     def prepare(self: Any, data_loader: Any, device_placement: bool | None = None,
                 slice_fn_for_dispatch: Any = None) -> Any:
-        if not isinstance(getattr(data_loader, "dataset", None), CompiledDataset):
+        if not isinstance(getattr(data_loader, "dataset", None), CompiledDataset | MixtureDataset):
             return original_prepare(self, data_loader, device_placement=device_placement,
                                     slice_fn_for_dispatch=slice_fn_for_dispatch)
         dataset = data_loader.dataset
@@ -74,7 +76,7 @@ def patched(options: LoaderOptions | None = None) -> Iterator[None]:
         return prepared
 
     saved_factory = script.make_train_eval_datasets
-    script.make_train_eval_datasets = make_train_eval_datasets
+    script.make_train_eval_datasets = partial(make_train_eval_datasets, weights=options.weights)
     accelerate.Accelerator.prepare_data_loader = prepare
     try:
         yield

@@ -23,6 +23,7 @@ import torch
 
 from roboreel.reader.dataset import CompiledDataset
 from roboreel.reader.loader import DeviceLoader, loader
+from roboreel.reader.mixture import MixtureDataset
 
 
 def stage_unsupported(data_loader: torch.utils.data.DataLoader) -> str | None:
@@ -55,7 +56,7 @@ class StageLoader:
         worker options, batches on ``device`` (None: where they decode, the CPU). A resume position the dataset
         holds (datasets.resume) is handed to the loader, so its ``state_dict()`` counts on from there."""
         dataset = data_loader.dataset
-        if not isinstance(dataset, CompiledDataset):
+        if not isinstance(dataset, CompiledDataset | MixtureDataset):
             raise ValueError(f"the stage loader reads a roboreel CompiledDataset, got {type(dataset).__name__}")
         kwargs: dict[str, Any] = {"drop_last": data_loader.drop_last, "timeout": data_loader.timeout,
                                   "worker_init_fn": data_loader.worker_init_fn}

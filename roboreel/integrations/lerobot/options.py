@@ -20,10 +20,13 @@ class LoaderOptions:
         loader: ``stage`` (``roboreel.loader``: decode threads in the training process) or ``dataloader``
             (the DataLoader lerobot-train builds; its workers decode).
         decode_threads: the stage's decode threads (default: the cores this process may use).
+        weights: a mixture's draw probabilities, one per compiled root of ``--dataset.root=a,b``
+            (``--roboreel.weights=0.7,0.3``); None: every frame of every root once per epoch (reader/mixture.py).
     """
 
     loader: Literal["stage", "dataloader"] = "stage"
     decode_threads: int | None = None
+    weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.loader not in LOADERS:
@@ -51,9 +54,10 @@ class LoaderOptions:
                 if i >= len(args):
                     raise ValueError(f"{token} needs a value ({token}=VALUE)")
                 value, i = args[i], i + 1
-            if name not in ("loader", "decode_threads"):
+            if name not in ("loader", "decode_threads", "weights"):
                 raise ValueError(f"unknown option {PREFIX}{name}: roboreel's lerobot-train options are "
-                                 f"{PREFIX}loader={'|'.join(LOADERS)} and {PREFIX}decode_threads=N")
+                                 f"{PREFIX}loader={'|'.join(LOADERS)}, {PREFIX}decode_threads=N and "
+                                 f"{PREFIX}weights=W1,W2,...")
             values[name] = value
         threads = values.get("decode_threads")
         if threads is not None:
@@ -63,4 +67,12 @@ class LoaderOptions:
                 raise ValueError(f"--roboreel.decode_threads must be an integer >= 1, got {threads!r}") from None
         else:
             threads_value = None
-        return cls(loader=values.get("loader", "stage"), decode_threads=threads_value), rest  # type: ignore[arg-type]
+        weights = None
+        if "weights" in values:
+            try:
+                weights = tuple(float(w) for w in values["weights"].strip("[]").split(","))
+            except ValueError:
+                raise ValueError(f"--roboreel.weights must be numbers separated by commas (one per root of "
+                                 f"--dataset.root=a,b), got {values['weights']!r}") from None
+        return cls(loader=values.get("loader", "stage"), decode_threads=threads_value,  # type: ignore[arg-type]
+                   weights=weights), rest

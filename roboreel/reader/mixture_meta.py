@@ -1,0 +1,133 @@
+"""``MixtureMeta``: a mixture's metadata in LeRobot's shape (``LeRobotDatasetMetadata``'s fields), merged from its
+members' ``DatasetMeta``: the features every member has (checked equal, formats/merge.py), the fps, stats
+aggregated as LeRobot's ``aggregate_stats`` does, tasks merged (``task_index`` remapped in the samples), totals
+summed. What ``make_policy(cfg, ds_meta=...)`` and ``make_pre_post_processors(dataset_stats=...)`` read.
+
+Member-level tables (meta/episodes) differ per member and have no merged form LeRobot reads: they stay on
+``members[i].meta``. ``stats`` is a plain mutable dict, like ``DatasetMeta.stats`` (lerobot-train writes ImageNet
+statistics into it).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from roboreel.formats.merge import aggregate_stats
+from roboreel.reader.meta import LANGUAGE_COLUMNS, DatasetMeta, _is_depth
+
+_CAMERA_DTYPES = ("video", "image")
+
+
+class MixtureMeta:
+    """Merged metadata of ``members`` (their ``DatasetMeta``), restricted to ``keys``, with ``tasks`` (the merged
+    task strings by merged task_index)."""
+
+    def __init__(self, members: Sequence[DatasetMeta], *, keys: Sequence[str], tasks: Sequence[str]) -> None:
+        self.members = list(members)
+        self.keys, self.task_names = list(keys), list(tasks)
+        self.repo_id = "+".join(m.repo_id for m in self.members)
+        self._info: dict[str, Any] | None = None
+        self._stats: dict[str, dict[str, np.ndarray]] | None = None
+        self._stats_read = False
+        self._tasks: Any = None
+
+    def __repr__(self) -> str:
+        return f"MixtureMeta({[m.url for m in self.members]}, repo_id={self.repo_id!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tasks": None}
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The first member's info.json with the common features and summed totals."""
+        if self._info is None:
+            info = copy.deepcopy(self.members[0].info)
+            info["features"] = {k: info["features"][k] for k in self.keys}
+            info["total_episodes"] = sum(m.total_episodes for m in self.members)
+            info["total_frames"] = sum(m.total_frames for m in self.members)
+            info["total_tasks"] = len(self.task_names)
+            self._info = info
+        return self._info
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self.info["features"]
+
+    @property
+    def fps(self) -> int:
+        return int(self.info["fps"])
+
+    @property
+    def robot_type(self) -> str | None:
+        types = {m.robot_type for m in self.members}
+        return types.pop() if len(types) == 1 else None
+
+    @property
+    def total_episodes(self) -> int:
+        return int(self.info["total_episodes"])
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.info["total_frames"])
+
+    @property
+    def total_tasks(self) -> int:
+        return len(self.task_names)
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] in _CAMERA_DTYPES]
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] == "video"]
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] == "image"]
+
+    @property
+    def depth_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if _is_depth(f)]
+
+    @property
+    def names(self) -> dict[str, Any]:
+        return {k: f["names"] for k, f in self.features.items()}
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(f["shape"]) for k, f in self.features.items()}
+
+    @property
+    def has_language_columns(self) -> bool:
+        return any(c in self.features for c in LANGUAGE_COLUMNS)
+
+    @property
+    def stats(self) -> dict[str, dict[str, np.ndarray]] | None:
+        """The members' stats of the common features, aggregated as LeRobot's ``aggregate_stats``. Mutable."""
+        if not self._stats_read:
+            self._stats = aggregate_stats([m.url for m in self.members], [m.stats for m in self.members],
+                                          self.keys)
+            self._stats_read = True
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: dict[str, dict[str, Any]] | None) -> None:
+        self._stats, self._stats_read = value, True
+
+    @property
+    def tasks(self) -> Any:
+        """The merged tasks as LeRobot loads them: a pandas DataFrame indexed by task, ``task_index`` column."""
+        if self._tasks is None:
+            import pandas as pd
+
+            self._tasks = pd.DataFrame({"task_index": np.arange(len(self.task_names), dtype=np.int64)},
+                                       index=pd.Index(self.task_names, name="task"))
+        return self._tasks
+
+    def get_task_index(self, task: str) -> int | None:
+        return self.task_names.index(task) if task in self.task_names else None
