@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from roboreel.formats.depth import depth_keys
 from roboreel.formats.merge import aggregate_stats
-from roboreel.reader.meta import LANGUAGE_COLUMNS, DatasetMeta, _is_depth
+from roboreel.reader.meta import LANGUAGE_COLUMNS, DatasetMeta
 
 _CAMERA_DTYPES = ("video", "image")
 
@@ -92,7 +93,7 @@ class MixtureMeta:
 
     @property
     def depth_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if _is_depth(f)]
+        return depth_keys(self.features)
 
     @property
     def names(self) -> dict[str, Any]:
