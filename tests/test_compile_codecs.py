@@ -97,3 +97,20 @@ def test_floor_lowers_the_crf_or_fails(tmp_path):
     with pytest.raises(RoboreelError, match=r"under the floor of 99 dB .*episode \d"):
         compile_dataset(str(src), str(tmp_path / "fail"), workers=1,
                         settings=CompileSettings(preset="ultrafast", min_psnr=99.0, episodes_per_shard=2))
+
+
+def test_floor_checks_every_frame_when_references_do_not_fit(tmp_path, monkeypatch):
+    """A clip whose references exceed the in-encode budget is checked frame by frame in a streaming pass: every
+    frame counted, and the same lowest PSNR as when every reference fits."""
+    from roboreel.compile import transcode
+
+    src = _source(tmp_path / "src", height=120, width=160)
+    settings = CompileSettings(episodes_per_shard=2, crf=34)
+    compile_dataset(str(src), str(tmp_path / "fits"), settings=settings, workers=1)
+    monkeypatch.setattr(transcode, "_PSNR_REF_BYTES", 120 * 160 * 3 // 2 * 2)  # two frames' worth
+    compile_dataset(str(src), str(tmp_path / "streamed"), settings=settings, workers=1)
+    fits, streamed = _clip_docs(tmp_path / "fits"), _clip_docs(tmp_path / "streamed")
+    assert all(d["psnr_checked"] == d["frames"] for d in fits + streamed), streamed
+    key = lambda d: (d["frames"], d["crf"])  # noqa: E731
+    assert sorted((key(d), round(d["psnr_min"], 4)) for d in fits) == \
+        sorted((key(d), round(d["psnr_min"], 4)) for d in streamed)

@@ -11,8 +11,9 @@ A resized (``size``, compile/resize.py) or resampled (``step``, compile/resample
 
 Every clip is decoded once after writing: it must hold exactly ``length`` frames at pts k/fps, in order.
 PSNR is measured against the encoder's input (the source decode, resized when resizing), over all three yuv420p
-planes, as ffmpeg's psnr filter reports "average": on every frame while their references fit in 64 MiB (e.g.
-up to ~1,100 frames at 120x160, ~145 at 480x640), else on evenly spaced frames. A frame under ``min_psnr``
+planes, as ffmpeg's psnr filter reports "average": on every frame, from references kept during the encode while
+they fit in 64 MiB (e.g. up to ~1,100 frames at 120x160, ~145 at 480x640), else in a second, streaming pass that
+decodes the source again beside the clip (``floor_pass``). A frame under ``min_psnr``
 (40 dB) re-encodes the clip at a lower CRF, and compile fails if CRF - 12 is still under (``encode_with_floor``).
 Depth cameras never come here (depth.py).
 """
@@ -125,6 +126,33 @@ def decode_clip(
     return kept, sums
 
 
+def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) -> av.VideoFrame:
+    """What x265 is given for a source frame: resized with ``method`` (resize.py) or only converted to yuv420p."""
+    if (frame.height, frame.width) != (height, width):
+        return resize_frame(frame, height, width, method)
+    if frame.format.name != "yuv420p":  # a pixel format conversion only
+        return frame.reformat(format="yuv420p", interpolation="AREA")
+    return frame
+
+
+def floor_pass(video: SourceVideo, data: bytes, *, from_s: float, length: int, step: int, method: str,
+               where: str, episode: int) -> tuple[float, int]:
+    """(lowest PSNR, frames compared) of every frame of a clip against the encoder's input, in one streaming
+    pass (the source decoded again beside the clip, nothing held): the floor's check for clips whose references
+    did not fit in memory during the encode (``_psnr_stride``)."""
+    worst, n = math.inf, 0
+    decoded = video.frames(from_s, length, episode=episode)
+    source = islice(decoded, 0, None, step)
+    try:
+        with av.open(io.BytesIO(data), "r") as c:
+            for src, got in zip(source, c.decode(c.streams.video[0]), strict=True):
+                ref = encoder_input(src, got.height, got.width, method)
+                worst, n = min(worst, psnr(ref.to_ndarray(), got.to_ndarray())), n + 1
+    finally:
+        decoded.close()
+    return worst, n
+
+
 def _psnr_stride(length: int, frame_bytes: int, settings: CompileSettings) -> int:
     """Every ``stride``-th frame is kept as a PSNR reference: every frame while the references fit in
     ``_PSNR_REF_BYTES``, else evenly spaced ones that do (never fewer than ``psnr_frames``)."""
@@ -174,10 +202,7 @@ def encode_clip(
                     "x265-params": params,
                 }
                 stride = _psnr_stride(length, width * height * 3 // 2, settings)
-            if (frame.height, frame.width) != (stream.height, stream.width):
-                frame = resize_frame(frame, stream.height, stream.width, method)
-            elif frame.format.name != "yuv420p":  # a pixel format conversion only
-                frame = frame.reformat(format="yuv420p", interpolation="AREA")
+            frame = encoder_input(frame, stream.height, stream.width, method)
             if n in want or (stride > 0 and n % stride == 0):
                 refs[n] = frame.to_ndarray()
             if n in for_stats:
@@ -254,6 +279,10 @@ def encode_with_floor(
                                size=size, method=method, stats_frames=stats_sample_indices(kept) if stats else ())
         finally:
             frames.close()  # joins the decode thread before anyone touches `video` again
+        if settings.min_psnr > 0 and clip.psnr_checked < clip.frames and clip.psnr_min >= settings.min_psnr:
+            # the references did not all fit: check every frame in a streaming pass before passing the clip
+            clip.psnr_min, clip.psnr_checked = floor_pass(video, clip.data, from_s=from_s, length=length,
+                                                          step=step, method=method, where=where, episode=episode)
         if clip.psnr_min >= settings.min_psnr:
             clip.why = why if crf == settings.crf else f"{why}; CRF {crf} (not {settings.crf}) to keep every " \
                 f"checked frame >= {settings.min_psnr:g} dB"
