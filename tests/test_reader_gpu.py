@@ -248,7 +248,7 @@ def test_loader_arguments_are_checked(compiled):
         roboreel.loader(ds, batch_size=0)
     with pytest.raises(ValueError, match="prefetch_batches must be an integer >= 1"):
         roboreel.loader(ds, batch_size=2, prefetch_batches=0)
-    with pytest.raises(ValueError, match="must be a roboreel CompiledDataset, got list"):
+    with pytest.raises(ValueError, match=r"must be a roboreel CompiledDataset \(one or a mixture\), got list"):
         roboreel.loader([], batch_size=2)
     with pytest.raises(ValueError, match="has no 'batches'"):
         roboreel.loader(ds, batch_size=2).load_state_dict(ds.state_dict())

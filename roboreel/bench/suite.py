@@ -16,7 +16,7 @@ from typing import Any
 
 from roboreel.bench.ceiling import compiled_clips, decode_ceiling
 from roboreel.bench.external import run_external
-from roboreel.bench.readers import lerobot_available
+from roboreel.bench.readers import lerobot_available, mixture_members
 from roboreel.bench.report import chart, markdown_table, summarize, write_runs
 from roboreel.bench.runner import RunConfig, run_one
 from roboreel.bench.transport import transport_bound
@@ -69,14 +69,18 @@ def served(compiled: str, source: str, latency_ms: float) -> Iterator[tuple[str,
 
 
 def data_label(compiled: str, cfg: RunConfig) -> str:
-    """What a chart measured, for its title: resolution, cameras, episodes/frames, dtype, batch, workers, window."""
-    m = load_manifest(compiled)
-    res = "/".join(sorted({f"{c.height}x{c.width}" for c in m.cameras})) or "no cameras"
+    """What a chart measured, for its title: resolution, cameras, episodes/frames, dtype, batch, workers, window
+    (a mixture ``a,b,...``: its members' together, with their count)."""
+    ms = [load_manifest(p) for p in mixture_members(compiled)]
+    m = ms[0]
+    res = "/".join(sorted({f"{c.height}x{c.width}" for x in ms for c in x.cameras})) or "no cameras"
     cams = len(m.cameras)
+    episodes, frames = sum(x.num_episodes for x in ms), sum(x.total_frames for x in ms)
+    mix = f"mixture of {len(ms)}, " if len(ms) > 1 else ""
     workers = f"{cfg.num_workers} worker{'s' if cfg.num_workers != 1 else ''}" + ("" if cfg.num_workers == 0 else
                                                " (persistent)" if cfg.persistent_workers else " (new each epoch)")
     window = "steady window over epochs" if cfg.span_epochs else "steady window in one epoch"
-    return (f"{res}, {cams} camera{'s' if cams != 1 else ''}, {m.num_episodes} episodes / {m.total_frames:,} frames, "
+    return (f"{mix}{res}, {cams} camera{'s' if cams != 1 else ''}, {episodes} episodes / {frames:,} frames, "
             f"{'uint8' if cfg.uint8 else 'float32'}, batch {cfg.batch_size}, {workers}, {window}")
 
 

@@ -73,7 +73,7 @@ SOURCE_CASES = {
                                           reference=False),
     "several-episodes-per-rowgroup": SourceCase(D.several_episodes_per_rowgroup, None,
                                                 frozenset({"rowgroup-multi-episode"}), reference=False),
-    "unsupported-codebase-version": SourceCase(D.unsupported_version, r"unsupported codebase_version 'v2\.1'",
+    "unsupported-codebase-version": SourceCase(D.unsupported_version, r"codebase_version 'v2\.1'.*convert_dataset_v21_to_v30",
                                                frozenset({"version-unsupported"}), exit=2),
     "info-not-json": SourceCase(D.info_not_json, r"not valid JSON", frozenset({"info-unreadable"}), exit=2),
 }

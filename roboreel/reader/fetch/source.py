@@ -142,11 +142,11 @@ class RetryingReader(io.RawIOBase):
         retries: int,
         backoff_s: float,
         stats: FetchStats,
-        episode: Callable[[], int | None] | None = None,
+        episode: Callable[[int], int | None] | None = None,
     ) -> None:
         super().__init__()
         self.store, self.rel, self.size, self.end = store, rel, size, end
-        self.episode = episode  # the episode a failure loses (named in ShardReadError)
+        self.episode = episode  # byte offset -> the episode a failure there loses (named in ShardReadError)
         self.pos = start
         self.retries, self.backoff_s, self.stats = retries, backoff_s, stats
         self._f: IO[bytes] | None = None
@@ -175,7 +175,7 @@ class RetryingReader(io.RawIOBase):
                 if not is_transient(e) or failures > self.retries:
                     what = "failed" if not is_transient(e) else f"kept failing ({failures} attempts)"
                     raise ShardReadError(f"reading at byte {self.pos} {what}: {describe(e)}", file=self.rel,
-                                         episode=self.episode() if self.episode is not None else None) from e
+                                         episode=self.episode(self.pos) if self.episode is not None else None) from e
                 self.stats.retries += 1
                 delay = backoff_delay(self.backoff_s, failures)
                 logger.info("retrying %s at byte %d in %.2fs after %s", self.rel, self.pos, delay, describe(e))
@@ -211,6 +211,14 @@ def record_spans(entries: Sequence[EpisodeEntry]) -> dict[int, tuple[int, int]]:
     return out
 
 
+def _episode_at(pos: int, episodes: Sequence[int], wanted: set[int], spans: dict[int, tuple[int, int]]) -> int | None:
+    """The episode a read failing at byte ``pos`` loses: the unfinished one whose record holds that byte (reads run
+    ahead of the tar parser, so a failure can come while an earlier record is still being parsed), else the first
+    unfinished one."""
+    left = [e for e in episodes if e in wanted]
+    return next((e for e in left if spans.get(e, (0, -1))[0] <= pos < spans[e][1]), left[0] if left else None)
+
+
 @dataclass
 class SliceReader:
     """Reads the records of slices in order, yielding each wanted episode's EpisodeRecord."""
@@ -241,16 +249,17 @@ class SliceReader:
             start, end = 0, size
         done: set[int] = set()
         try:
-            for rec in self._read(path, size, s, start, end, members):
+            for rec in self._read(path, size, s, start, end, members, spans):
                 done.add(rec.index)
                 yield rec
         except _MisplacedOffset as e:
             logger.info("%s: %s; reading the shard from its start", path, e)
             rest = Slice(s.shard, tuple(ep for ep in s.episodes if ep not in done))
-            yield from self._read(path, size, rest, 0, size, members)
+            yield from self._read(path, size, rest, 0, size, members, spans)
 
     def _read(self, rel: str, size: int, s: Slice, offset: int, end: int,
-              expected: dict[int, dict[str, MemberInfo]]) -> Iterator[EpisodeRecord]:
+              expected: dict[int, dict[str, MemberInfo]],
+              spans: dict[int, tuple[int, int]]) -> Iterator[EpisodeRecord]:
         """Records of ``s`` from bytes ``[offset, end)``. A part that does not hold them where the index's
         sizes say raises _MisplacedOffset (the caller re-reads the whole shard); a whole shard that does not
         hold them is a format error."""
@@ -259,7 +268,7 @@ class SliceReader:
         pending: dict[int, dict[str, bytes]] = {}
         raw = RetryingReader(self.store, rel, start=offset, end=end, size=size, retries=self.retries,
                              backoff_s=self.backoff_s, stats=self.stats,
-                             episode=lambda: next((e for e in s.episodes if e in wanted), None))
+                             episode=lambda pos: _episode_at(pos, s.episodes, wanted, spans))
         stream = io.BufferedReader(raw, _STREAM_BUFFER)
         try:
             tar = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115 - closed with the stream
