@@ -55,7 +55,6 @@ from roboreel.reader.plan.epoch import (
     worker_quotas,
 )
 from roboreel.reader.plan.pool import PoolSchedule
-from roboreel.reader.plan.state import STATE_FORMAT, STATE_VERSION, checked_state, loader_state, resume_point
 from roboreel.reader.plan.windows import delta_offsets
 from roboreel.reader.stats import SharedCounters
 
@@ -306,38 +305,6 @@ class CompiledDataset(EpochState, IterableDataset):
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
             "layout": self.manifest.fingerprint(),
         }
-
-    def state_dict(self, *, batches: int | None = None, loader: Any = None) -> dict[str, Any]:
-        """Where the stream is, as scalars; ``load_state_dict`` on a fresh dataset continues at the next sample.
-
-        - Iterating the dataset directly, or a DataLoader with ``num_workers=0``, or inside a worker (torchdata's
-          StatefulDataLoader calls it there): ``state_dict()`` counts what this process's iterator yielded.
-        - A DataLoader with ``num_workers > 0``: ``state_dict(batches=b, loader=loader)``, ``b`` = batches the
-          trainer has received this epoch; the per-worker positions follow from the round-robin order.
-        """
-        base = {"format": STATE_FORMAT, "version": STATE_VERSION, "stream": self._stream_id}
-        if batches is not None or loader is not None:
-            epoch = self._position.epoch if self._position is not None else self._epoch
-            return loader_state(base, epoch=epoch, world_size=self._world().world_size, batches=batches,
-                                loader=loader)
-        p = self._position
-        if p is None:
-            if self._resume is not None:
-                return dict(self._resume)
-            w = self._world()
-            return {**base, "epoch": self._epoch, "world_size": w.world_size, "rank": w.rank, "num_workers": 1,
-                    "consumed": {0: 0}}
-        return {**base, "epoch": p.epoch, "world_size": p.world.world_size, "rank": p.world.rank,
-                "num_workers": p.world.num_workers, "consumed": {p.world.worker: p.yielded}}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from ``state_dict()``: the next iteration continues the saved epoch at the next sample."""
-        self._restore(checked_state(state, self._stream_id))
-
-    def _take_resume(self, world: World, epoch: int) -> tuple[int, int]:
-        """(samples to skip, worker stream to serve) for this process's worker in ``epoch``."""
-        state, self._resume = self._resume, None
-        return resume_point(state, world, epoch, lambda k: self.worker_samples(k, epoch=epoch))
 
     # -- observability ----------------------------------------------------------------------------------
     def stats(self) -> dict[str, float | int]:

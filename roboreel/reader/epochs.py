@@ -1,5 +1,6 @@
 """Which epoch (and resume point) a dataset's next iteration reads, in this process and in persistent DataLoader
-workers: ``EpochState``, shared by ``CompiledDataset`` and ``MixtureDataset``.
+workers, and the resume state that says so: ``EpochState``, shared by ``CompiledDataset`` and ``MixtureDataset``
+(each gives ``_stream_id``, ``_world`` and ``worker_samples``).
 
 Why one place: the rules are subtle and must be the same for both. ``set_epoch`` / ``load_state_dict`` in the
 main process post the epoch and resume point on an ``EpochBoard`` (plan/board.py) that persistent workers read
@@ -9,11 +10,14 @@ when an iteration starts; ``roboreel.loader`` tells the dataset when workers beg
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from torch.utils.data import get_worker_info
 
 from roboreel.reader.plan.board import EpochBoard
+from roboreel.reader.plan.epoch import World
+from roboreel.reader.plan.state import STATE_FORMAT, STATE_VERSION, checked_state, loader_state, resume_point
 
 
 class EpochState:
@@ -70,3 +74,35 @@ class EpochState:
         number, epoch, resume = self._board.read()
         if number != self._seen:
             self._seen, self._epoch, self._iters, self._resume, self._position = number, epoch, 0, resume, None
+
+    def state_dict(self, *, batches: int | None = None, loader: Any = None) -> dict[str, Any]:
+        """Where the stream is, as scalars; ``load_state_dict`` on a fresh dataset continues at the next sample.
+
+        - Iterating the dataset directly, or a DataLoader with ``num_workers=0``, or inside a worker (torchdata's
+          StatefulDataLoader calls it there): ``state_dict()`` counts what this process's iterator yielded.
+        - A DataLoader with ``num_workers > 0``: ``state_dict(batches=b, loader=loader)``, ``b`` = batches the
+          trainer has received this epoch; the per-worker positions follow from the round-robin order.
+        """
+        base = {"format": STATE_FORMAT, "version": STATE_VERSION, "stream": self._stream_id}
+        if batches is not None or loader is not None:
+            epoch = self._position.epoch if self._position is not None else self._epoch
+            return loader_state(base, epoch=epoch, world_size=self._world().world_size, batches=batches,
+                                loader=loader)
+        p = self._position
+        if p is None:
+            if self._resume is not None:
+                return dict(self._resume)
+            w = self._world()
+            return {**base, "epoch": self._epoch, "world_size": w.world_size, "rank": w.rank, "num_workers": 1,
+                    "consumed": {0: 0}}
+        return {**base, "epoch": p.epoch, "world_size": p.world.world_size, "rank": p.world.rank,
+                "num_workers": p.world.num_workers, "consumed": {p.world.worker: p.yielded}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state_dict()``: the next iteration continues the saved epoch at the next sample."""
+        self._restore(checked_state(state, self._stream_id))
+
+    def _take_resume(self, world: World, epoch: int) -> tuple[int, int]:
+        """(samples to skip, worker stream to serve) for this process's worker in ``epoch``."""
+        state, self._resume = self._resume, None
+        return resume_point(state, world, epoch, lambda k: self.worker_samples(k, epoch=epoch))

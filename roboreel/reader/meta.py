@@ -102,7 +102,43 @@ class EpisodeTable:
         return self.table.to_pandas()
 
 
-class DatasetMeta:
+class FeatureKeys:
+    """LeRobot's key lists of a ``features`` dict (``LeRobotDatasetMetadata``'s properties), for one dataset's meta
+    and a mixture's merged one alike."""
+
+    features: dict[str, dict[str, Any]]
+
+    @property
+    def camera_keys(self) -> list[str]:
+        """Visual features, video or image (LeRobot's order: info.json's)."""
+        return [k for k, f in self.features.items() if f["dtype"] in _CAMERA_DTYPES]
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] == "video"]
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] == "image"]
+
+    @property
+    def depth_keys(self) -> list[str]:
+        return depth_keys(self.features)
+
+    @property
+    def names(self) -> dict[str, Any]:
+        return {k: f["names"] for k, f in self.features.items()}
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(f["shape"]) for k, f in self.features.items()}
+
+    @property
+    def has_language_columns(self) -> bool:
+        return any(c in self.features for c in LANGUAGE_COLUMNS)
+
+
+class DatasetMeta(FeatureKeys):
     """LeRobot-shaped metadata of a compiled dataset at ``url`` (see the module doc).
 
     Args:
@@ -208,35 +244,6 @@ class DatasetMeta:
     @property
     def video_path(self) -> str | None:
         return self.info.get("video_path")
-
-    @property
-    def camera_keys(self) -> list[str]:
-        """Visual features, video or image (LeRobot's order: info.json's)."""
-        return [k for k, f in self.features.items() if f["dtype"] in _CAMERA_DTYPES]
-
-    @property
-    def video_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if f["dtype"] == "video"]
-
-    @property
-    def image_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if f["dtype"] == "image"]
-
-    @property
-    def depth_keys(self) -> list[str]:
-        return depth_keys(self.features)
-
-    @property
-    def names(self) -> dict[str, Any]:
-        return {k: f["names"] for k, f in self.features.items()}
-
-    @property
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {k: tuple(f["shape"]) for k, f in self.features.items()}
-
-    @property
-    def has_language_columns(self) -> bool:
-        return any(c in self.features for c in LANGUAGE_COLUMNS)
 
     # -- stats.json, tasks, episodes ----------------------------------------------------------------------
     @property

@@ -43,7 +43,6 @@ from roboreel.reader.plan.epoch import (
 )
 from roboreel.reader.plan.mixture import MixturePlan, member_slices, skip_counts
 from roboreel.reader.plan.pool import PoolSchedule
-from roboreel.reader.plan.state import STATE_FORMAT, STATE_VERSION, checked_state, loader_state, resume_point
 from roboreel.reader.stats import SharedCounters
 
 logger = logging.getLogger(__name__)
@@ -274,31 +273,6 @@ class MixtureDataset(EpochState, IterableDataset):
             "pool_sizes": self.pool_sizes.tolist(),
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
         }
-
-    def state_dict(self, *, batches: int | None = None, loader: Any = None) -> dict[str, Any]:
-        """Where the stream is, as scalars, exactly as ``CompiledDataset.state_dict`` (the same two forms)."""
-        base = {"format": STATE_FORMAT, "version": STATE_VERSION, "stream": self._stream_id}
-        if batches is not None or loader is not None:
-            epoch = self._position.epoch if self._position is not None else self._epoch
-            return loader_state(base, epoch=epoch, world_size=self._world().world_size, batches=batches,
-                                loader=loader)
-        p = self._position
-        if p is None:
-            if self._resume is not None:
-                return dict(self._resume)
-            w = self._world()
-            return {**base, "epoch": self._epoch, "world_size": w.world_size, "rank": w.rank, "num_workers": 1,
-                    "consumed": {0: 0}}
-        return {**base, "epoch": p.epoch, "world_size": p.world.world_size, "rank": p.world.rank,
-                "num_workers": p.world.num_workers, "consumed": {p.world.worker: p.yielded}}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from ``state_dict()``: the next iteration continues the saved epoch at the next sample."""
-        self._restore(checked_state(state, self._stream_id))
-
-    def _take_resume(self, world: World, epoch: int) -> tuple[int, int]:
-        state, self._resume = self._resume, None
-        return resume_point(state, world, epoch, lambda k: self.worker_samples(k, epoch=epoch))
 
     # -- observability ----------------------------------------------------------------------------------
     def stats(self) -> dict[str, float | int]:

@@ -16,14 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from roboreel.formats.depth import depth_keys
 from roboreel.formats.merge import aggregate_stats
-from roboreel.reader.meta import LANGUAGE_COLUMNS, DatasetMeta
-
-_CAMERA_DTYPES = ("video", "image")
+from roboreel.reader.meta import DatasetMeta, FeatureKeys
 
 
-class MixtureMeta:
+class MixtureMeta(FeatureKeys):
     """Merged metadata of ``members`` (their ``DatasetMeta``), restricted to ``keys``, with ``tasks`` (the merged
     task strings by merged task_index)."""
 
@@ -78,34 +75,6 @@ class MixtureMeta:
     @property
     def total_tasks(self) -> int:
         return len(self.task_names)
-
-    @property
-    def camera_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if f["dtype"] in _CAMERA_DTYPES]
-
-    @property
-    def video_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if f["dtype"] == "video"]
-
-    @property
-    def image_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if f["dtype"] == "image"]
-
-    @property
-    def depth_keys(self) -> list[str]:
-        return depth_keys(self.features)
-
-    @property
-    def names(self) -> dict[str, Any]:
-        return {k: f["names"] for k, f in self.features.items()}
-
-    @property
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {k: tuple(f["shape"]) for k, f in self.features.items()}
-
-    @property
-    def has_language_columns(self) -> bool:
-        return any(c in self.features for c in LANGUAGE_COLUMNS)
 
     @property
     def stats(self) -> dict[str, dict[str, np.ndarray]] | None:
