@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
         use_videos=not args.images, language=args.language,
     )
     s = synthesize(args.out, cfg, overwrite=args.overwrite, progress=True)
-    print(f"wrote {s.root}: {s.episodes} episodes, {s.frames} frames, {len(cfg.cameras)} cameras "
-          f"({', '.join(f'{k}: {n} mp4' for k, n in s.video_files.items())}), {s.data_files} data files")
+    where = (", ".join(f"{k}: {n} mp4" for k, n in s.video_files.items()) if s.video_files
+             else "images in the data parquet")
+    print(f"wrote {s.root}: {s.episodes} episodes, {s.frames} frames, {len(cfg.cameras)} cameras ({where}), "
+          f"{s.data_files} data files")
     return 0
