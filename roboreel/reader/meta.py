@@ -103,10 +103,26 @@ class EpisodeTable:
 
 
 class FeatureKeys:
-    """LeRobot's key lists of a ``features`` dict (``LeRobotDatasetMetadata``'s properties), for one dataset's meta
-    and a mixture's merged one alike."""
+    """What LeRobot's ``LeRobotDatasetMetadata`` derives from ``info`` (features, fps, totals, the key lists), for
+    one dataset's meta and a mixture's merged one alike (each gives ``info``)."""
 
-    features: dict[str, dict[str, Any]]
+    info: dict[str, Any]
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self.info["features"]
+
+    @property
+    def fps(self) -> int:
+        return int(self.info["fps"])
+
+    @property
+    def total_episodes(self) -> int:
+        return int(self.info["total_episodes"])
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.info["total_frames"])
 
     @property
     def camera_keys(self) -> list[str]:
@@ -210,24 +226,8 @@ class DatasetMeta(FeatureKeys):
         return self.url
 
     @property
-    def features(self) -> dict[str, dict[str, Any]]:
-        return self.info["features"]
-
-    @property
-    def fps(self) -> int:
-        return int(self.info["fps"])
-
-    @property
     def robot_type(self) -> str | None:
         return self.info.get("robot_type")
-
-    @property
-    def total_episodes(self) -> int:
-        return int(self.info["total_episodes"])
-
-    @property
-    def total_frames(self) -> int:
-        return int(self.info["total_frames"])
 
     @property
     def total_tasks(self) -> int:

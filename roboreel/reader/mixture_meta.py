@@ -52,25 +52,9 @@ class MixtureMeta(FeatureKeys):
         return self._info
 
     @property
-    def features(self) -> dict[str, dict[str, Any]]:
-        return self.info["features"]
-
-    @property
-    def fps(self) -> int:
-        return int(self.info["fps"])
-
-    @property
     def robot_type(self) -> str | None:
         types = {m.robot_type for m in self.members}
         return types.pop() if len(types) == 1 else None
-
-    @property
-    def total_episodes(self) -> int:
-        return int(self.info["total_episodes"])
-
-    @property
-    def total_frames(self) -> int:
-        return int(self.info["total_frames"])
 
     @property
     def total_tasks(self) -> int:
