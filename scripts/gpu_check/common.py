@@ -7,7 +7,6 @@ Each part is a script run in its own process by run.py (``python3 scripts/gpu_ch
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -76,18 +75,6 @@ def cuda_usable() -> tuple[bool, str]:
 
 
 # -- CPU time ------------------------------------------------------------------------------------------------
-def tree_cpu_seconds() -> float:
-    """user + system seconds of this process and its live descendants (DataLoader workers)."""
-    import psutil
-
-    me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
-    for child in me.children(recursive=True):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            total += sum(child.cpu_times()[:2])
-    return total
-
-
 def process_cpu_seconds() -> float:
     """user + system seconds of this process alone (all its threads; not the workers)."""
     t = os.times()

@@ -13,7 +13,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from common import GilProbe, ThreadCpu, process_cpu_seconds, tree_cpu_seconds
+from common import GilProbe, ThreadCpu, process_cpu_seconds
+
+from roboreel.bench.procmem import tree_cpu_seconds
 
 
 def measure(loader: Any, *, seconds: float, warmup_batches: int = 4, cuda: bool = False,
