@@ -71,9 +71,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resize-bench", metavar="HxW", default=None,
                    help="with --source: compile it at full size and with --resize HxW (alternated), then read both "
                         "through roboreel.loader and LeRobotDataset + Resize(HxW) (--lerobot-python), uint8, "
-                        "alternated (roboreel/bench/resize_bench.py)")
+                        "alternated (roboreel/bench/variants_bench.py)")
+    p.add_argument("--images-bench", action="store_true",
+                   help="with --source (image features in its data parquet): compile it with --images keep and "
+                        "--images clips (alternated), then read both through roboreel.loader and LeRobotDataset "
+                        "(--lerobot-python), alternated (roboreel/bench/variants_bench.py)")
     p.add_argument("--episodes-per-shard", type=int, default=None,
-                   help="with --resize-bench: episodes per shard of both compiles (default: size-based plan)")
+                   help="with --resize-bench / --images-bench: episodes per shard of both compiles (default: "
+                        "size-based plan)")
     p.add_argument("--soak", type=int, default=None, metavar="EPOCHS",
                    help="soak: EPOCHS epochs with persistent workers, RSS of every process per epoch")
     p.add_argument("--soak-warmup", type=int, default=5, help="with --soak: epochs before growth is measured")
@@ -97,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.scale:
         return _scale(args, out)
-    if args.resize_bench:
-        return _resize(args, out)
+    if args.resize_bench or args.images_bench:
+        return _variants(args, out)
     if args.prepare:
         spec = DataSpec(episodes=args.episodes, height=args.height, width=args.width, min_length=args.min_length,
                         max_length=args.max_length, cameras=args.cameras, fps=args.fps)
@@ -196,26 +201,29 @@ def _scale(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
-def _resize(args: argparse.Namespace, out: Path) -> int:
+def _variants(args: argparse.Namespace, out: Path) -> int:
     import json
 
-    from roboreel.bench.resize_bench import markdown, resize_benchmark
     from roboreel.bench.runner import RunConfig
+    from roboreel.bench.variants_bench import images_benchmark, markdown, resize_benchmark
 
     if not args.source:
-        raise ValueError("--resize-bench needs --source SRC (a LeRobot v3 dataset)")
-    h, w = (int(x) for x in args.resize_bench.lower().split("x"))
+        raise ValueError("--resize-bench / --images-bench need --source SRC (a LeRobot v3 dataset)")
     cfg = RunConfig(batch_size=args.batch_size, num_workers=args.num_workers, prefetch=args.prefetch,
                     warmup_batches=args.warmup, warmup_epochs=args.warmup_epochs, batches=args.batches,
                     seconds=args.seconds, decode_threads=args.decode_threads)
     workers = max(int(x) for x in args.compile_workers.split(","))
     from roboreel.compile import CompileSettings
 
-    result = resize_benchmark(args.source, size=(h, w), out=out, cfg=cfg, repeats=args.repeats,
-                              compile_repeats=args.compile_repeats, workers=workers,
-                              settings=CompileSettings(episodes_per_shard=args.episodes_per_shard),
-                              lerobot_python=args.lerobot_python)
-    (out / "resize.json").write_text(json.dumps(result, indent=1))
+    common = {"out": out, "cfg": cfg, "repeats": args.repeats, "compile_repeats": args.compile_repeats,
+              "workers": workers, "settings": CompileSettings(episodes_per_shard=args.episodes_per_shard),
+              "lerobot_python": args.lerobot_python}
+    if args.images_bench:
+        result, name = images_benchmark(args.source, **common), "images"
+    else:
+        h, w = (int(x) for x in args.resize_bench.lower().split("x"))
+        result, name = resize_benchmark(args.source, size=(h, w), **common), "resize"
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     print("\n" + markdown(result))
-    print(f"wrote {out}/resize.json")
+    print(f"wrote {out}/{name}.json")
     return 0

@@ -26,17 +26,19 @@ from typing import Any
 from roboreel.compile.copypolicy import REMUX_CODECS
 from roboreel.compile.decode import SourceVideo
 from roboreel.compile.depth import transcode_depth
+from roboreel.compile.imageclips import encode_image_clip
 from roboreel.compile.pack import atomic_write
 from roboreel.compile.plan import camera_hw
 from roboreel.compile.resample import frame_step
 from roboreel.compile.resize import FILTER
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.stats import image_stats
-from roboreel.compile.transcode import transcode_span
+from roboreel.compile.transcode import Clip, transcode_span
 from roboreel.formats.atomic import TMP_SUFFIX
 from roboreel.formats.depth import is_depth
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.shard import sha256_hex
+from roboreel.formats.table_features import IMAGE_DTYPE, check_image_columns, image_bytes
 from roboreel.formats.transient import DEFAULT_BACKOFF_S
 
 PARTS_DIR = ".roboreel-parts"  # sidecars, clips and the source meta snapshot, under OUT
@@ -171,6 +173,14 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
     files; returns (clip bytes, its json). ``on_frames(n)``: progress, n more frames encoded."""
     source = worker_source(job.src, job.storage_options, retries=job.retries, backoff_s=job.backoff_s)
     ep = source.episode(job.episode)
+    if source.info.features[job.camera].get("dtype") == IMAGE_DTYPE:  # --images clips (imageclips.py)
+        rows = source.episode_rows(ep)
+        check_image_columns(rows, [job.camera], file=ep.data_path, episode=ep.index)
+        ticks = _Ticker(on_frames)
+        clip = encode_image_clip(image_bytes(rows.column(job.camera)), key=job.camera, fps=source.fps,
+                                 settings=job.settings, where=ep.data_path, episode=ep.index, progress=ticks.add)
+        ticks.finish(ep.length)
+        return _write_clip(job, clip, ep.index)
     span = ep.videos[job.camera]
     video = _video(source, span.path, episode=ep.index, threads=job.decode_threads, settings=job.settings)
     ticks = _Ticker(on_frames)
@@ -191,8 +201,13 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
         _drop_video(source, span.path)  # its position is no longer trusted
         raise
     ticks.finish(ep.length)
+    return _write_clip(job, clip, ep.index, depth=depth)
+
+
+def _write_clip(job: ClipJob, clip: Clip, episode: int, *, depth: bool = False) -> tuple[bytes, dict[str, Any]]:
+    """Write a made clip and its json (the commit mark); returns (clip bytes, its json)."""
     doc = {
-        "episode": ep.index, "camera": job.camera, "size": len(clip.data), "sha256": sha256_hex(clip.data),
+        "episode": episode, "camera": job.camera, "size": len(clip.data), "sha256": sha256_hex(clip.data),
         "source_file": job.source_file,
         "info": {**clip.spec(), "mode": clip.mode, "why": clip.why, "crf": clip.crf,
                  "psnr": [None if p == float("inf") else round(p, 4) for p in clip.psnr],

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from roboreel._version import __version__
+from roboreel.compile.imageclips import RGB8_CLIP_FORMATS, clip_keys
 from roboreel.compile.outdir import read_lock, snapshot_source
 from roboreel.compile.pack import atomic_write, remove_stale_temps
 from roboreel.compile.plan import camera_hw
@@ -37,6 +38,7 @@ from roboreel.formats.index_write import IndexWriter
 from roboreel.formats.lerobot_v3 import read_parquet
 from roboreel.formats.manifest import MANIFEST_NAME, CameraSpec, Manifest, write_manifest
 from roboreel.formats.shard import table_to_parquet_bytes
+from roboreel.formats.table_features import IMAGE_DTYPE
 
 SHARD_COLUMN = "roboreel/shard"
 
@@ -80,11 +82,12 @@ class _Cameras:
             seen = self.seen[cam]
             if len(seen["size"]) != 1:
                 raise CompiledFormatError(f"camera {cam!r} clips have several sizes {sorted(seen['size'])}")
-            if len(seen["pix_fmt"]) != 1:
+            # an image feature's clips may differ in chroma format by episode (imageclips.py's ladder): all 8-bit RGB
+            if len(seen["pix_fmt"]) != 1 and not seen["pix_fmt"] <= RGB8_CLIP_FORMATS:
                 raise CompiledFormatError(f"camera {cam!r} clips have several pixel formats {sorted(seen['pix_fmt'])}")
             (h, w), gops, bfs = next(iter(seen["size"])), seen["gop"], seen["bframes"]
             specs.append(CameraSpec(
-                key=cam, codec=",".join(sorted(seen["codec"])), height=h, width=w, pix_fmt=next(iter(seen["pix_fmt"])),
+                key=cam, codec=",".join(sorted(seen["codec"])), height=h, width=w, pix_fmt=",".join(sorted(seen["pix_fmt"])),
                 gop=next(iter(gops)) if len(gops) == 1 else None, bframes=next(iter(bfs)) if len(bfs) == 1 else None,
             ))
         return specs
@@ -136,6 +139,8 @@ def compiled_features(features: dict[str, Any], specs: list[CameraSpec], setting
     feats = copy.deepcopy(features)
     for spec in specs:
         f = feats[spec.key]
+        if f.get("dtype") == IMAGE_DTYPE:  # stays LeRobot's image feature; roboreel.json's cameras say it is a clip
+            continue
         h0, w0 = camera_hw(f)
         shape = list(f.get("shape") or [h0, w0, 3])
         if len(shape) == 3:
@@ -204,7 +209,7 @@ def finalize(out: str) -> Manifest:
     settings = CompileSettings.from_dict(lock["settings"])
     snap = snapshot_source(out)
     info = snap.info
-    cams = info.camera_keys
+    cams = clip_keys(info.features, settings)  # video features, and image features made clips
     for rel in (v3.INFO_PATH, v3.TASKS_PATH, v3.STATS_PATH, v3.EPISODES_PATH.format(chunk_index=0, file_index=0),
                 MANIFEST_NAME):
         remove_stale_temps(os.path.join(out, rel))  # left by a finalize that was killed
@@ -238,7 +243,7 @@ def finalize(out: str) -> Manifest:
     elif snap.exists(v3.STATS_PATH):
         with snap.open(v3.STATS_PATH) as f:
             atomic_write(os.path.join(out, v3.STATS_PATH), f.read())
-    episodes = _episodes_table(snap, lock, ids, shard_of, cams, fps, step,
+    episodes = _episodes_table(snap, lock, ids, shard_of, info.camera_keys, fps, step,
                                cameras.stats if settings.transforms else None)
     atomic_write(os.path.join(out, v3.EPISODES_PATH.format(chunk_index=0, file_index=0)),
                  table_to_parquet_bytes(episodes))

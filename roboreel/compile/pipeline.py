@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from roboreel.compile.clips import clip_done, remove_clips, remove_clips_dir, sweep_clip_temps
 from roboreel.compile.finalize import finalize as finalize_out
+from roboreel.compile.imageclips import clip_keys
 from roboreel.compile.outdir import check_source_files, make_lock, prepare_out, write_snapshot
 from roboreel.compile.plan import (
     check_encodable,
@@ -195,7 +196,8 @@ def compile_dataset(
                      retries=retries, backoff_s=backoff_s)
             for i in todo
         ]
-        clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in source.camera_keys]
+        cams = clip_keys(source.info.features, settings)
+        clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in cams]
                  for job in jobs}
         planned_clips = sum(map(len, clips.values()))
         clips = {shard: [c for c in cs if clip_done(out, c.shard, c.episode, c.camera, c.source_file) is None]
@@ -231,7 +233,7 @@ def compile_dataset(
         remove_clips_dir(out)
         finalize_out(out)
     report = _report(out, plan, mine, len(todo), part, done_all, lengths, work_frames, time.perf_counter() - t0)
-    report.cameras = len(source.camera_keys)
+    report.cameras = len(clip_keys(source.info.features, settings))
     report.input_bytes = round(sum(in_bytes[e] for i in mine for e in plan[i]))
     report.clips_reused = reused
     step = frame_step(source.fps, settings.fps)

@@ -27,6 +27,7 @@ from roboreel.compile.clips import (
     remove_clips,
     worker_source,
 )
+from roboreel.compile.imageclips import clip_keys
 from roboreel.compile.pack import ShardWriter, atomic_write, remove_stale_temps
 from roboreel.compile.resample import frame_step, resample_episodes, resample_rows
 from roboreel.compile.rowgroups import write_episode_rows
@@ -71,7 +72,8 @@ class ShardJob:
     backoff_s: float = DEFAULT_BACKOFF_S
 
     def clip_job(self, source: LeRobotSource, episode: int, camera: str) -> ClipJob:
-        rel = source.episode(episode).videos[camera].path
+        ep = source.episode(episode)
+        rel = ep.videos[camera].path if camera in ep.videos else ep.data_path  # an image feature's: its rows
         return ClipJob(src=self.src, storage_options=self.storage_options, out=self.out, shard=self.shard,
                        episode=episode, camera=camera, settings=self.settings, source_file=self.files.get(rel, {}),
                        decode_threads=self.decode_threads, retries=self.retries, backoff_s=self.backoff_s)
@@ -121,7 +123,9 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
             rows = resample_rows(source.episode_rows(src_ep), step=step, from_index=ep.from_index,
                                  fps=source.fps // step)
             check_image_columns(rows, image_keys(source.info.features), file=src_ep.data_path, episode=src_ep.index)
-            record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, job, on_frames)
+            cams = clip_keys(source.info.features, job.settings)
+            rows = rows.drop_columns([c for c in cams if c in rows.column_names])  # image features made clips
+            record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, job, cams, on_frames)
             if job.settings.transforms:  # stats of what was kept (stats.py): rows here, cameras from the clips
                 stats[str(ep.index)] = {**stats_json(rows_stats(rows, source.info.features)),
                                         **{cam: c.pop("stats") for cam, c in clips_info[str(ep.index)].items()}}
@@ -161,18 +165,19 @@ def _clip(source: LeRobotSource, job: ShardJob, episode: int, camera: str,
 
 
 def _episode_record(
-    source: LeRobotSource, ep: EpisodeMeta, rows: Any, job: ShardJob, on_frames: Callable[[int], None] | None
+    source: LeRobotSource, ep: EpisodeMeta, rows: Any, job: ShardJob, cams: list[str],
+    on_frames: Callable[[int], None] | None,
 ) -> tuple[EpisodeRecord, dict[str, Any]]:
-    """One episode's record (clips of every camera + rows + meta) and per-clip info for the sidecar."""
+    """One episode's record (clips of every camera in ``cams`` + rows + meta) and per-clip info for the sidecar."""
     clips, info = {}, {}
-    for cam in source.camera_keys:
+    for cam in cams:
         clips[cam], doc = _clip(source, job, ep.index, cam, on_frames)
         info[cam] = {**doc["info"], **({"stats": doc["stats"]} if "stats" in doc else {})}
     meta = {
         "episode_index": ep.index, "length": ep.length, "dataset_from_index": ep.from_index,
         "dataset_to_index": ep.to_index, "tasks": list(ep.tasks),
         "fps": source.fps // frame_step(source.fps, job.settings.fps),
-        "cameras": {cam: _spec(info[cam]) for cam in source.camera_keys},
+        "cameras": {cam: _spec(info[cam]) for cam in cams},
     }
     return EpisodeRecord(index=ep.index, meta=meta, rows=rows, clips=clips), info
 

@@ -27,6 +27,7 @@ from roboreel.reader.decode.clips import ClipDecoders, materialize
 from roboreel.reader.decode.deferred import ship_once
 from roboreel.reader.decode.heap import release_free_memory
 from roboreel.reader.decode.idle_policy import IdlePolicy
+from roboreel.reader.decode.images import ImageClips
 from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.fetch.prefetch import Prefetcher
 from roboreel.reader.fetch.source import SliceReader, Store
@@ -46,6 +47,7 @@ class DecodeSettings(Protocol):
     decode_batch: int
     tolerance_s: float
     return_uint8: bool
+    image_clips: ImageClips  # image features compiled as clips: float32 always, in LeRobot's key order
     image_transforms: Callable[..., Any] | None
 
 
@@ -148,7 +150,7 @@ def run_members(ds: DecodeSettings, members: list[MemberStream], pending: Iterat
                 break
             samples = chunk if deferred else materialize(
                 chunk, decoders, tolerance_s=ds.tolerance_s, return_uint8=ds.return_uint8,
-                image_transforms=ds.image_transforms)
+                image_transforms=ds.image_transforms, image_clips=ds.image_clips)
             for sample in samples:
                 position.yielded += 1
                 yielded += 1

@@ -32,6 +32,7 @@ from roboreel.reader.consumer import Position, run_consumer
 from roboreel.reader.decode.forksafe import isolate_inherited_heap
 from roboreel.reader.decode.heap import pin_mmap_threshold
 from roboreel.reader.decode.idle_policy import IdlePolicy, camera_lanes, idle_bytes_needed
+from roboreel.reader.decode.images import ImageClips
 from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.decode.routing import resolve_decode_device
 from roboreel.reader.depth import depth_cameras
@@ -151,12 +152,14 @@ class CompiledDataset(EpochState, IterableDataset):
         retrying(lambda: m.index.shards, name=self.url, retries=stream.retries,
                  backoff_s=stream.backoff_s)  # the shard table
         self.fps = m.fps
-        self.camera_keys = [k for k, f in m.features.items() if f.get("dtype") == "video"]
-        self.tabular_keys = [k for k, f in m.features.items() if f.get("dtype") != "video"]
+        clipped = set(m.camera_keys)  # features stored as clips: video ones, and images compiled as clips
+        self.camera_keys = [k for k in m.features if k in clipped]
+        self.tabular_keys = [k for k in m.features if k not in clipped]
+        self.image_clips = ImageClips.of(m.features, self.camera_keys)  # images compiled as clips (decode/images.py)
         self.depth = depth_cameras(m)  # camera -> quantiser: decoded to LeRobot's depth values (decode/depth.py)
-        # image features: decoded per sample from the record rows (depth ones stored in metres -> mm, untransformed)
+        # image features kept encoded: decoded per sample from the record rows (depth in metres -> mm, untransformed)
         self.image_keys = {k: is_depth(f) and (f.get("info") or {}).get("depth_unit") == "m"
-                           for k, f in m.features.items() if f.get("dtype") == "image"}
+                           for k, f in m.features.items() if f.get("dtype") == "image" and k not in clipped}
         self.transformed_images = [k for k in self.image_keys if not is_depth(m.features[k])]
         if episodes is not None:
             episodes = sorted({int(e) for e in episodes})

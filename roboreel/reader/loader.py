@@ -44,7 +44,7 @@ from roboreel.reader.decode.heap import (
     pin_mmap_threshold,
     trim_heap,
 )
-from roboreel.reader.decode.images import finish_images
+from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.decode.stage import BatchJob, DecodePool, default_decode_threads
@@ -325,7 +325,7 @@ class _Stage:
             with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                 batch = finish_batch(job, device=self.device, return_uint8=ds.return_uint8,
                                      image_transforms=ds.image_transforms, channels_last=owner.channels_last,
-                                     depth=frozenset(ds.depth))
+                                     depth=frozenset(ds.depth), image_clips=ds.image_clips)
             if stream is not None:
                 stream.synchronize()  # blocks this thread only; the batch is complete when handed over
             now = time.perf_counter()
@@ -352,20 +352,22 @@ class _Stage:
 
 def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None,
-                 channels_last: bool = False, depth: frozenset[str] = frozenset()) -> dict[str, Any]:
+                 channels_last: bool = False, depth: frozenset[str] = frozenset(),
+                 image_clips: ImageClips = NO_IMAGE_CLIPS) -> dict[str, Any]:
     """The collated batch of a decoded job, on ``device``: the CPU path's keys, order, shapes, dtypes and values.
 
     uint8 is the wire format: the pixels cross to the device as uint8 and become float32 there, in one
     ``x / 255.0`` (the CPU path's arithmetic, so values are bit-identical on the CPU), which also makes channels-last
     staged frames contiguous [.., C, H, W] (``channels_last``: the division keeps their memory order instead).
-    ``depth`` cameras arrive as float32 maps in their unit (decode/depth.py): moved, never divided or transformed."""
+    ``depth`` cameras arrive as float32 maps in their unit (decode/depth.py): moved, never divided or transformed.
+    ``image_clips``: image features compiled as clips, as LeRobot returns them (float32, in their place)."""
     pending = job.pending
     out: dict[str, Any] = {}
     for cam, plan in pending.cameras.items():
         x = job.frames[cam].to(device, non_blocking=True)
         if job.channels_last:
             x = x.permute(0, 3, 1, 2)  # a view; made contiguous by the division or the copy below
-        if not return_uint8 and x.dtype == torch.uint8:
+        if (not return_uint8 or cam in image_clips) and x.dtype == torch.uint8:
             y = (torch.empty_like(x, dtype=torch.float32) if channels_last  # same strides: channels last
                  else torch.empty(x.shape, dtype=torch.float32, device=x.device))
             x = torch.div(x, 255.0, out=y)  # uint8 / Python float -> float32, one pass, where the batch lands
@@ -379,7 +381,7 @@ def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
     for key, v in pending.values.items():
         out[key] = v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
     finish_images(out, pending.images, image_transforms, batched=True)
-    return out
+    return image_clips.apply(out)
 
 
 class _LoaderIter:

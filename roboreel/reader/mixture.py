@@ -30,6 +30,7 @@ from roboreel.reader.consumer import MemberStream, Position, run_members
 from roboreel.reader.decode.forksafe import isolate_inherited_heap
 from roboreel.reader.decode.heap import pin_mmap_threshold
 from roboreel.reader.decode.idle_policy import IdlePolicy
+from roboreel.reader.decode.images import ImageClips
 from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.epochs import EpochState
 from roboreel.reader.mixture_meta import MixtureMeta
@@ -120,6 +121,12 @@ class MixtureDataset(EpochState, IterableDataset):
                                   f"mixture {self.urls}")
         self.features = keys
         self.camera_keys = [k for k in m0.camera_keys if k in keys]
+        for k in keys:  # an image feature is a clip in every member, or in none (compile --images)
+            stored = {m.url: k in m.camera_keys for m in self.members}
+            if len(set(stored.values())) > 1:
+                raise MixtureMismatch(f"feature {k!r} is stored as clips in some datasets of the mixture and as "
+                                      f"encoded images in others: {stored}; compile them with the same --images")
+        self.image_clips = ImageClips.of({k: m0.manifest.features[k] for k in keys}, self.camera_keys)
         self.tabular_keys = [k for k in m0.tabular_keys if k in keys]
         # depth cameras decode through their quantiser, per camera key: members must agree on it (decode/depth.py)
         self.depth = {}

@@ -271,7 +271,8 @@ def check_meta(root: Root, m: mf.Manifest, report: Report, *, progress: bool, fa
     if not root.exists(INFO_PATH):
         report.warning("meta-missing", "no meta/info.json: data/ is not readable as a LeRobot dataset", file=INFO_PATH)
         return
-    meta = check_source(root, report, videos=False, progress=progress, unreadable="error")
+    meta = check_source(root, report, videos=False, progress=progress, unreadable="error",
+                        clip_keys=m.camera_keys)
     if meta is None or meta.episodes is None:
         return
     ours = {e.index: e for e in meta.episodes}

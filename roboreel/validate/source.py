@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import SourceError
@@ -204,19 +205,22 @@ def check_videos(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta]
 
 
 def check_source(root: Root, report: Report, *, videos: bool = True, count: CountMode = "packets",
-                 progress: bool = False, unreadable: Severity = "fatal") -> SourceMeta | None:
+                 progress: bool = False, unreadable: Severity = "fatal",
+                 clip_keys: Collection[str] = ()) -> SourceMeta | None:
     """Every v3 check on ``root``; returns the metadata read, or None when info.json is unusable.
 
     ``videos=False`` skips the mp4 checks (a compiled dataset's meta describes data/ only; clips are in shards).
     ``unreadable`` is the severity of an unusable info.json ("fatal" for a source; "error" inside a compiled
-    dataset, whose manifest is still readable).
+    dataset, whose manifest is still readable). ``clip_keys``: features a compiled dataset stores as clips,
+    so not in data/ (image features compiled with ``--images clips``).
     """
     info = read_info(root, report, unreadable=unreadable)
     if info is None:
         return None
     check_tasks(root, report)
     episodes = read_episodes(root, info, report, videos=videos)
-    scan_data(root, info, episodes, report, progress=progress)
+    in_data = replace(info, features={k: f for k, f in info.features.items() if k not in clip_keys})
+    scan_data(root, in_data, episodes, report, progress=progress)
     if videos and episodes and info.camera_keys and info.video_path:
         check_videos(root, info, episodes, report, count=count, progress=progress)
     return SourceMeta(info=info, episodes=episodes)

@@ -87,11 +87,13 @@ def _compiled_summary(root: Root) -> dict[str, Any]:
         "fps": m.fps, "episodes": len(lengths), "frames": sum(lengths),
         "duration_s": round(sum(lengths) / m.fps, 3), "episode_length": _lengths(lengths), "tasks": len(m.tasks),
         "cameras": [{"key": c.key, "codec": c.codec, "height": c.height, "width": c.width, "pix_fmt": c.pix_fmt,
-                     "gop": c.gop, "bframes": c.bframes, "bytes": clip_bytes.get(c.key, 0)} for c in m.cameras],
+                     "gop": c.gop, "bframes": c.bframes, "bytes": clip_bytes.get(c.key, 0),
+                     **({"image": True} if (m.features.get(c.key) or {}).get("dtype") == "image" else {})}
+                    for c in m.cameras],
         "shards": {"count": len(sizes), "bytes": sum(sizes), "min_bytes": min(sizes, default=0),
                    "max_bytes": max(sizes, default=0), "episodes_min": min(per_shard, default=0),
                    "episodes_max": max(per_shard, default=0)},
-        "images": _images(m.features), "rows_bytes": rows_bytes, "source": m.source, "settings": m.settings,
+        "images": _images({k: f for k, f in m.features.items() if k not in m.camera_keys}), "rows_bytes": rows_bytes, "source": m.source, "settings": m.settings,
     }
     if root.exists(v3.INFO_PATH):
         out["data"] = _data_summary(root, len(lengths))
@@ -127,7 +129,8 @@ def _camera_line(c: dict[str, Any]) -> str:
     if c.get("crf") is not None:
         parts.append(f"crf {c['crf']}")
     where = f"{c['files']} mp4, " if "files" in c else ""
-    return f"{c['key']}: {', '.join(parts)} ({where}{_size(c.get('bytes', 0))})"
+    kind = "image feature as clips: " if c.get("image") else ""  # compile --images clips
+    return f"{c['key']}: {kind}{', '.join(parts)} ({where}{_size(c.get('bytes', 0))})"
 
 
 def format_summary(s: dict[str, Any]) -> str:

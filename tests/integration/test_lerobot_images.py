@@ -25,6 +25,7 @@ from lerobot.utils.collate import lerobot_collate_fn  # noqa: E402
 from lerobot_support import TINY_ACT, run_train  # noqa: E402
 
 import roboreel  # noqa: E402
+import roboreel.formats.manifest  # noqa: E402
 from roboreel.compile import CompileSettings, compile_dataset  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
 from roboreel.synth import SynthConfig, synthesize  # noqa: E402
@@ -159,14 +160,18 @@ def test_batches_equal_lerobot_collate(pair, num_workers):
         assert sorted(seen) == list(range(len(theirs)))
 
 
-def test_lerobot_train_runs_on_images_and_language(tmp_path):
-    """`roboreel lerobot-train` (ACT) on a compiled dataset with RGB image features and language columns: LeRobot
-    picks lerobot_collate_fn (meta.has_language_columns), the adapter keeps its DataLoader, training runs, and its
-    batches hold the images as float32 [B, 3, H, W] and no language columns (lerobot_collate_fn leaves them out)."""
+@pytest.mark.parametrize("images", ["keep", "clips"])
+def test_lerobot_train_runs_on_images_and_language(tmp_path, images):
+    """`roboreel lerobot-train` (ACT) on a compiled dataset with RGB image features (kept, or compiled as clips)
+    and language columns: LeRobot picks lerobot_collate_fn (meta.has_language_columns), the adapter keeps its
+    DataLoader, training runs, and its batches hold the images as float32 [B, 3, H, W] (lerobot-train asks for
+    return_uint8, which LeRobot does not apply to image features) and no language columns (lerobot_collate_fn
+    leaves them out)."""
     src, out = tmp_path / "src", tmp_path / "compiled"
     synthesize(src, SynthConfig(episodes=4, min_length=10, max_length=14, fps=10, height=48, width=64,
                                 cameras=(CAM,), use_videos=False, language=True))
-    compile_dataset(str(src), str(out), settings=CompileSettings.for_tests(), workers=1)
+    compile_dataset(str(src), str(out), settings=dataclasses.replace(CompileSettings.for_tests(), images=images),
+                    workers=1)
     run = run_train([*TINY_ACT, f"--dataset.root={out}", "--dataset.repo_id=local/synth-images", "--batch_size=4",
                      "--num_workers=2", "--steps=2", "--log_freq=1", "--seed=1", f"--output_dir={tmp_path / 'out'}",
                      "--wandb.enable=false"], tmp_path / "probe")
@@ -175,3 +180,73 @@ def test_lerobot_train_runs_on_images_and_language(tmp_path):
     assert len(batches) == 2 and {b["loader"] for b in batches} == {"DataLoaderShard"}
     assert batches[0]["spec"][CAM] == [[4, 3, 48, 64], "torch.float32"]
     assert not set(batches[0]["digest"]) & set(LANGUAGE_COLUMNS)
+
+
+# -- image features compiled as clips (compile --images clips) ----------------------------------------------------
+FLOOR = 40.0
+
+
+@pytest.fixture(scope="module")
+def clips(pair, tmp_path_factory) -> Path:
+    """The same LeRobot-written source compiled with --images clips: the RGB image feature becomes clips, the
+    depth images (which no RGB clip carries) stay encoded."""
+    src, _ = pair
+    out = tmp_path_factory.mktemp("lerobot-image-clips") / "compiled"
+    settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2, images="clips")
+    compile_dataset(str(src), str(out), settings=settings, workers=1)
+    return out
+
+
+def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    x, y = (a * 255).round().double(), (b * 255).round().double()
+    mse = float(((x - y) ** 2).mean())
+    return float("inf") if mse == 0 else 10 * np.log10(255**2 / mse)
+
+
+def _assert_within_floor(got, want, where) -> None:
+    """LeRobot's keys in its order; the RGB image feature float32, every frame >= the floor; the rest exact."""
+    assert list(got) == list(want), (where, list(got), list(want))
+    for key, w in want.items():
+        g = got[key]
+        if key == CAM:
+            assert g.dtype == w.dtype == torch.float32 and g.shape == w.shape, (where, key)
+            pairs = zip(g.reshape(-1, *g.shape[-3:]), w.reshape(-1, *w.shape[-3:]), strict=True)
+            assert all(_psnr(a, b) >= FLOOR for a, b in pairs), (where, key)
+        elif isinstance(w, torch.Tensor):
+            assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w), (where, key)
+        else:
+            assert g == w, (where, key, g, w)
+
+
+def test_clips_validate_and_every_sample_within_the_floor(pair, clips):
+    src, _ = pair
+    assert validate(str(clips), deep=True).findings == []
+    m = roboreel.formats.manifest.load_manifest(str(clips))
+    assert [c.key for c in m.cameras] == [CAM]  # the depth images stay encoded images
+    theirs = LeRobotDataset(REPO, root=src)
+    mine = CompiledDataset(str(clips), shuffle=False)
+    assert (mine.meta.image_keys, mine.meta.camera_keys, list(mine.meta.features)) == \
+        (theirs.meta.image_keys, theirs.meta.camera_keys, list(theirs.meta.features))
+    got = list(mine)
+    assert len(got) == len(theirs)
+    for i, sample in enumerate(got):
+        _assert_within_floor(sample, theirs[i], i)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_clips_batches_with_windows_and_return_uint8(pair, clips, num_workers):
+    """lerobot-train's reading (return_uint8=True, lerobot_collate_fn) with a window on the image feature, on
+    the DataLoader and on roboreel.loader, against LeRobot's own samples collated alike."""
+    src, _ = pair
+    deltas = {CAM: [-0.2, -0.1, 0.0], "action": [0.0, 0.1]}
+    theirs = LeRobotDataset(REPO, root=src, delta_timestamps=deltas, return_uint8=True)
+    ds = CompiledDataset(str(clips), seed=4, delta_timestamps=deltas, return_uint8=True)
+    for dl, collate in ((torch.utils.data.DataLoader(ds, batch_size=4, num_workers=num_workers,
+                                                     collate_fn=lerobot_collate_fn), lerobot_collate_fn),
+                        (roboreel.loader(ds, batch_size=4, num_workers=num_workers), _keeping_language)):
+        seen = []
+        for batch in dl:
+            idx = batch["index"].tolist()
+            _assert_within_floor(batch, collate([theirs[i] for i in idx]), idx)
+            seen += idx
+        assert sorted(seen) == list(range(len(theirs)))

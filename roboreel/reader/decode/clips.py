@@ -29,7 +29,7 @@ from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.reader.decode.decoder_cache import IdleDecoders
 from roboreel.reader.decode.depth import DepthDecoder, code_table
 from roboreel.reader.decode.heap import in_side_arena
-from roboreel.reader.decode.images import finish_images
+from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
 from roboreel.reader.decode.requests import (
     MAX_LANES,
     SEEK_MODES,
@@ -310,9 +310,10 @@ def materialize(
     tolerance_s: float,
     return_uint8: bool = False,
     image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    image_clips: ImageClips = NO_IMAGE_CLIPS,
 ) -> list[dict[str, Any]]:
     """Decode ``batch`` (one sorted call per clip, none when its run is cached) and return the sample dicts,
-    cameras first (LeRobot's order)."""
+    cameras first (LeRobot's order; ``image_clips``: image features as LeRobot returns them, decode/images.py)."""
     wanted: dict[tuple, tuple[Clip, dict[int, float], dict[int, int], dict[int, int]]] = {}
     for p in batch:
         for req in p.video.values():
@@ -340,13 +341,13 @@ def materialize(
                 frames = torch.stack([got[f][0] for f in req.frames.tolist()])
             else:
                 frames = got[int(req.frames[0])][0]  # a view; to_output copies it
-            img = to_output(frames, return_uint8=return_uint8)
+            img = to_output(frames, return_uint8=return_uint8 and cam not in image_clips)
             depth = frames.dtype != torch.uint8  # LeRobot applies no image transform to depth maps
             sample[cam] = image_transforms(img) if image_transforms is not None and not depth else img
         values = dict(p.values)
         finish_images(values, p.images, image_transforms, batched=False)  # before value_tensors: numpy views
         sample.update(value_tensors(values))
-        out.append(sample)
+        out.append(image_clips.apply(sample))
         for clip in p.release:
             decoders.release(clip)
     return out

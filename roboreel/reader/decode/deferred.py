@@ -32,7 +32,7 @@ from torch.utils.data import default_collate
 
 from roboreel.formats.errors import FrameTimestampError
 from roboreel.formats.table_features import LANGUAGE_COLUMNS
-from roboreel.reader.decode.images import finish_images
+from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
 from roboreel.reader.decode.requests import Clip, PendingSample
 
 ClipKey = tuple[str, int, str, int]  # Clip.key: shard, episode, camera, stream
@@ -210,8 +210,10 @@ def assemble(
     tolerance_s: float,
     return_uint8: bool = False,
     image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    image_clips: ImageClips = NO_IMAGE_CLIPS,
 ) -> dict[str, Any]:
-    """Decode ``batch`` with ``decoders`` (ClipDecoders or DeviceDecoders) into the collated batch on ``device``."""
+    """Decode ``batch`` with ``decoders`` (ClipDecoders or DeviceDecoders) into the collated batch on ``device``;
+    ``image_clips``: image features as LeRobot returns them (decode/images.py)."""
     device = torch.device(device)
     store.admit(batch.clips)
     decoded: dict[ClipKey, dict[int, torch.Tensor]] = {}
@@ -232,7 +234,7 @@ def assemble(
         x = torch.stack([decoded[key][f] for key, f in plan.refs])  # a fresh uint8 tensor [B * T, C, H, W]
         if plan.stacked:
             x = x.view(batch.size, plan.window, *x.shape[1:])
-        if not return_uint8:
+        if not return_uint8 or cam in image_clips:
             x = x / 255.0  # as decode.to_output: true division of uint8 by a Python float -> float32
         if image_transforms is not None:
             x = torch.stack([image_transforms(s) for s in x])

@@ -1,65 +1,42 @@
-"""Image features (``dtype: "image"``): the encoded image of a record row -> the array LeRobot returns.
+"""Image features (``dtype: "image"``) kept encoded in the record rows: the encoded image -> the array LeRobot
+returns.
 
-LeRobot 0.6.1 reads these through HF ``datasets.Image.decode_example`` (``PIL.Image.open`` on the embedded bytes,
-``load()``, ``ImageOps.exif_transpose`` when an EXIF orientation is set, no mode conversion) and then
-``io_utils.pil_to_chw_tensor``: uint16 modes (``I;16*``, raw depth) become float32 ``[1, H, W]`` in native units,
-everything else goes through torchvision's ``ToTensor`` (uint8 modes -> float32 ``[C, H, W]`` as ``x / 255``,
-``I`` stays int32, ``F`` float32; mode ``1`` is 0/255 first). This module does the same with Pillow, numpy and
-torch, so PNG (lossless) and TIFF samples are bit-identical to LeRobot's. It does it in two steps: ``decode_image``
-(where the sample is made, a DataLoader worker) returns Pillow's pixels channels-last as they are (uint8 for 8-bit
-images, a view of Pillow's bytes: no copy), and ``finish_images`` (where the sample or batch is finished) writes
-the contiguous float32 ``[C, H, W]`` in one pass, like video frames: uint8 is a quarter of float32's bytes through
-roboreel.loader's worker pipes, and every copy avoided is MBs of fresh pages (the reader pins glibc's mmap
-threshold, heap.py, so each large buffer is page-faulted in: at 480x640, 2,600 minor faults and 8.8 CPU ms a
-sample with a channels-first uint8 copy and the float32 division, ~1,470 and 7.1 ms this way).
+Decoding follows LeRobot 0.6.1 exactly (formats/images.py: Pillow, EXIF orientation, ``pil_to_chw_tensor``'s
+dtypes), so PNG (lossless) and TIFF samples are bit-identical to LeRobot's. It happens in two steps:
+``decode_image`` (where the sample is made, a DataLoader worker) returns Pillow's pixels channels-last as they are
+(uint8 for 8-bit images, a view of Pillow's bytes: no copy), and ``finish_images`` (where the sample or batch is
+finished) writes the contiguous float32 ``[C, H, W]`` in one pass, like video frames: uint8 is a quarter of
+float32's bytes through roboreel.loader's worker pipes, and every copy avoided is MBs of fresh pages (the reader
+pins glibc's mmap threshold, heap.py, so each large buffer is page-faulted in: at 480x640, 2,600 minor faults and
+8.8 CPU ms a sample with a channels-first uint8 copy and the float32 division, ~1,470 and 7.1 ms this way).
 ``return_uint8`` does not apply (LeRobot's option is for video frames only). A depth image stored in metres is
 scaled to millimetres (LeRobot's default ``depth_output_unit``), as ``DatasetReader.get_item`` does.
+Image features compiled as clips (``--images clips``) are cameras instead, decoded with the video frames.
 """
 
 from __future__ import annotations
 
-import io
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
 
-_UINT16_MODES = frozenset({"I;16", "I;16B", "I;16L"})  # lerobot.datasets.io_utils.UINT16_PIL_MODES
+from roboreel.formats.images import ImageDecodeError, image_pixels
+
 MM_PER_METRE = np.float32(1000.0)  # lerobot.datasets.depth_utils.MM_PER_METRE
 
-
-class ImageDecodeError(ValueError):
-    """An image feature's bytes are not an image Pillow can decode."""
+__all__ = ["NO_IMAGE_CLIPS", "ImageClips", "ImageDecodeError", "decode_image", "decode_images", "finish_images"]
 
 
 def decode_image(data: bytes, *, name: str = "image", metres: bool = False) -> np.ndarray:
     """One encoded image's pixels channels-last ``[H, W, C]`` (possibly a read-only view), for ``finish_images``
     to turn into what LeRobot's sample holds (see the module doc). ``metres``: a depth image stored in metres,
     returned in millimetres."""
-    out = _decode(data, name)
+    out = image_pixels(data, name=name)
     return out * MM_PER_METRE if metres else out
-
-
-def _decode(data: bytes, name: str) -> np.ndarray:
-    try:
-        img = Image.open(io.BytesIO(data))
-        img.load()
-    except (OSError, ValueError, SyntaxError) as e:  # PIL raises these for truncated or unknown data
-        raise ImageDecodeError(f"{name}: cannot decode the image ({len(data)} bytes): {e}") from e
-    if img.getexif().get(Image.ExifTags.Base.Orientation) is not None:
-        img = ImageOps.exif_transpose(img)
-    if img.mode in _UINT16_MODES:  # pil_to_chw_tensor: float32 in native units
-        arr = np.array(img, dtype=np.float32)
-    else:  # ToTensor: np.array(pic, mode_to_nptype.get(mode, uint8)), mode "1" scaled to 255
-        arr = np.asarray(img)  # a read-only view of Pillow's bytes: finish_images makes the only copy
-        if img.mode == "1":
-            arr = arr.astype(np.uint8) * np.uint8(255)
-        elif img.mode in ("I", "F"):
-            arr = arr.astype({"I": np.int32, "F": np.float32}[img.mode], copy=False)
-    return arr[:, :, None] if arr.ndim == 2 else arr
 
 
 def decode_images(encoded: list[bytes], *, name: str = "image", metres: bool = False) -> np.ndarray:
@@ -91,3 +68,43 @@ def finish_images(out: dict[str, Any], images: Mapping[str, bool],
         if transform and image_transforms is not None:
             x = torch.stack([image_transforms(s) for s in x]) if batched else image_transforms(x)
         out[key] = x
+
+
+@dataclass(frozen=True)
+class ImageClips:
+    """Image features compiled as clips (``compile --images clips``): decoded with the cameras, but returned as
+    LeRobot returns image features, float32 whatever ``return_uint8`` says (LeRobot's option is for video frames),
+    and in their column's place: LeRobot puts the video frames first and keeps an image feature where
+    ``hf_dataset`` has it, among the table columns (``apply``). Empty for most datasets, which costs nothing."""
+
+    keys: frozenset[str] = frozenset()
+    positions: Mapping[str, int] = field(default_factory=dict)  # every feature -> its index in info.json's features
+    leading: frozenset[str] = frozenset()  # the video cameras, first in a sample
+
+    @classmethod
+    def of(cls, features: Mapping[str, Mapping[str, Any]], cameras: list[str]) -> ImageClips:
+        keys = frozenset(k for k in cameras if features[k].get("dtype") == "image")
+        return cls(keys, {k: i for i, k in enumerate(features)}, frozenset(cameras) - keys) if keys else cls()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys
+
+    def apply(self, sample: dict[str, Any]) -> dict[str, Any]:
+        """``sample`` (or a batch) with the image-clip keys moved to LeRobot's places."""
+        if not self.keys:
+            return sample
+        pending = sorted((k for k in self.keys if k in sample), key=self.positions.__getitem__)
+        out: dict[str, Any] = {}
+        for k, v in sample.items():
+            if k in self.keys:
+                continue
+            while pending and k not in self.leading and self.positions.get(k, len(self.positions)) > \
+                    self.positions[pending[0]]:
+                out[pending[0]] = sample[pending[0]]
+                pending.pop(0)
+            out[k] = v
+        out.update((k, sample[k]) for k in pending)
+        return out
+
+
+NO_IMAGE_CLIPS = ImageClips()  # a dataset without image features compiled as clips

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Literal
 
+from roboreel.formats.depth import DEPTH_PIX_FMT
 from roboreel.formats.manifest import CameraSpec
 from roboreel.formats.nvdec import nvdec_support
 
@@ -93,8 +94,9 @@ def choose_device(
     width: int,
     capability: tuple[int, int] | None,
     torchcodec_cuda: tuple[bool, str],
+    pix_fmt: str = "yuv420p",
 ) -> tuple[str, FallbackKind | None, str]:
-    """Where a clip of ``codec`` at ``height`` x ``width`` decodes when ``device`` is asked for.
+    """Where a clip of ``codec`` at ``height`` x ``width`` (``pix_fmt``) decodes when ``device`` is asked for.
 
     Returns ``(device, kind, reason)``: ``kind`` is None when the clip decodes on ``device``; otherwise the
     device is "cpu" and ``kind``/``reason`` say why (pure: no CUDA call, testable anywhere).
@@ -107,6 +109,9 @@ def choose_device(
     ok, why = nvdec_support(codec, height, width, capability=capability)
     if not ok:
         return "cpu", "nvdec-table", why
+    if pix_fmt not in ("yuv420p", DEPTH_PIX_FMT):  # image features as 4:4:4 / RGB clips (compile --images clips)
+        return "cpu", "nvdec-table", (f"{pix_fmt} clips: torchcodec's CUDA path asks NVDEC for NV12 (4:2:0) "
+                                      "output only")
     return device, None, why
 
 
@@ -196,7 +201,8 @@ class Router:
             if spec is None:
                 raise ValueError(f"camera {camera!r} is not in the manifest (cameras: {sorted(self.cameras)})")
             route = choose_device(self.device, codec=spec.codec, height=spec.height, width=spec.width,
-                                  capability=self.capability, torchcodec_cuda=self.torchcodec_cuda)
+                                  capability=self.capability, torchcodec_cuda=self.torchcodec_cuda,
+                                  pix_fmt=spec.pix_fmt)
             self._by_camera[camera] = route
         return route
 
