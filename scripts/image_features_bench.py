@@ -5,9 +5,11 @@ at its own size and resized (``--sizes``), what each choice costs a reader and w
 - PNG as LeRobot's image writer makes it (Pillow, ``compress_level=1``) and JPEG (quality 95, another common
   Hub encoding): bytes per frame, CPU per decoded frame with Pillow (to uint8, as ``reader/decode/images.py``
   decodes before its float conversion), exact or not;
-- an HEVC clip made by roboreel's own encoder (``compile.transcode.encode_clip``, default settings): bytes per
-  frame, CPU per frame decoding it front to back with torchcodec on one thread (uint8 RGB), and PSNR of every
-  frame in RGB against the source frame (what a LeRobot user's sample would differ by).
+- HEVC clips: roboreel's video encoder at its defaults (``compile.transcode.encode_clip``: 4:2:0, CRF 24), each
+  rung of the image-clip ladder alone (``--rungs``: yuv420p / yuv444p at CRF 24, 16, 12, and gbrp lossless), and
+  what ``--images clips`` picks (``compile.imageclips.encode_image_clip``): bytes per frame, CPU per frame
+  decoding it front to back with torchcodec on one thread (uint8 RGB), and PSNR of every frame in RGB against
+  the source frame (what a LeRobot user's sample would differ by).
 CPU time (``time.process_time``), medians of ``--rounds`` alternated rounds, one torch/FFmpeg thread, so a shared
 machine's load hits every variant alike. Results: docs/format.md, "Image features".
 
@@ -58,6 +60,24 @@ def hevc_clip(frames: list[np.ndarray], fps: int) -> bytes:
     return encode_clip(src, length=len(frames), fps=fps, settings=CompileSettings(), where="bench", episode=0).data
 
 
+def rung_clip(frames: list[np.ndarray], fps: int, pix_fmt: str, crf: int | None) -> bytes:
+    from roboreel.compile.imageclips import _encode
+    from roboreel.compile.settings import CompileSettings
+
+    h, w = frames[0].shape[:2]
+    return _encode(frames, frames.__getitem__, fps=fps, settings=CompileSettings(), pix_fmt=pix_fmt, crf=crf,
+                   height=h, width=w, progress=None)
+
+
+def ladder_clip(frames: list[np.ndarray], fps: int) -> tuple[bytes, str]:
+    from roboreel.compile.imageclips import encode_image_clip
+    from roboreel.compile.settings import CompileSettings
+
+    clip = encode_image_clip(encode_images(frames, "PNG"), key="bench", fps=fps, settings=CompileSettings(),
+                             where="bench", episode=0)
+    return clip.data, f"{clip.pix_fmt}" + (" lossless" if clip.crf is None else f" CRF {clip.crf}")
+
+
 def decode_images_cpu_ms(encoded: list[bytes]) -> tuple[float, list[np.ndarray]]:
     t = time.process_time()
     out = [np.array(Image.open(io.BytesIO(b))) for b in encoded]
@@ -85,6 +105,7 @@ def main() -> int:
     p.add_argument("--sizes", nargs="+", default=["480x640", "96x96"], help="HxW to measure (resized with INTER_AREA)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--fps", type=int, default=50)
+    p.add_argument("--rungs", action="store_true", help="also each rung of the image-clip ladder alone")
     args = p.parse_args()
     import torch
 
@@ -97,23 +118,31 @@ def main() -> int:
         frames = base if (h, w) == base[0].shape[:2] else [cv2.resize(a, (w, h), interpolation=cv2.INTER_AREA)
                                                            for a in base]
         variants = {"PNG": encode_images(frames, "PNG"), "JPEG q95": encode_images(frames, "JPEG")}
-        clip = hevc_clip(frames, args.fps)
-        cpu: dict[str, list[float]] = {k: [] for k in [*variants, "HEVC clip"]}
+        clips = {"HEVC video defaults": hevc_clip(frames, args.fps)}
+        if args.rungs:
+            for pix_fmt in ("yuv420p", "yuv444p"):
+                for crf in (24, 16, 12):
+                    clips[f"{pix_fmt} CRF {crf}"] = rung_clip(frames, args.fps, pix_fmt, crf)
+            clips["gbrp lossless"] = rung_clip(frames, args.fps, "gbrp", None)
+        data, picked = ladder_clip(frames, args.fps)
+        clips[f"--images clips ({picked})"] = data
+        cpu: dict[str, list[float]] = {k: [] for k in [*variants, *clips]}
         decoded: dict[str, list[np.ndarray]] = {}
         for _ in range(args.rounds):
             for name, enc in variants.items():
                 ms, decoded[name] = decode_images_cpu_ms(enc)
                 cpu[name].append(ms)
-            ms, decoded["HEVC clip"] = decode_clip_cpu_ms(clip)
-            cpu["HEVC clip"].append(ms)
+            for name, clip in clips.items():
+                ms, decoded[name] = decode_clip_cpu_ms(clip)
+                cpu[name].append(ms)
         sizes = {name: sum(map(len, enc)) / len(enc) for name, enc in variants.items()}
-        sizes["HEVC clip"] = len(clip) / len(frames)
+        sizes |= {name: len(clip) / len(frames) for name, clip in clips.items()}
         print(f"\n{h}x{w}:")
         for name in cpu:
             ps = [psnr_rgb(a, b) for a, b in zip(frames, decoded[name], strict=True)]
             exact = all(np.array_equal(a, b) for a, b in zip(frames, decoded[name], strict=True))
             fid = "exact" if exact else f"PSNR mean {np.mean(ps):.2f} dB, lowest frame {min(ps):.2f} dB"
-            print(f"  {name:10s} {sizes[name] / 1024:8.1f} KB/frame  decode {statistics.median(cpu[name]):7.3f} "
+            print(f"  {name:34s} {sizes[name] / 1024:8.1f} KB/frame  decode {statistics.median(cpu[name]):7.3f} "
                   f"CPU ms/frame  {fid}")
     return 0
 

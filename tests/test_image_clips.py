@@ -28,7 +28,7 @@ import roboreel
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.cli import main as cli_main
 from roboreel.compile import CompileSettings, compile_dataset
-from roboreel.compile.imageclips import encode_image_clip
+from roboreel.compile.imageclips import clip_keys, encode_image_clip, image_clip_keys, kept_images
 from roboreel.formats.manifest import load_manifest
 from roboreel.formats.merge import MixtureMismatch
 from roboreel.reader import CompiledDataset
@@ -217,7 +217,7 @@ def _recolour(path: Path, row: int, mode: str) -> None:
 
 
 def test_images_an_rgb_clip_cannot_carry_are_refused(pair, tmp_path, capsys):
-    """An RGBA image (its alpha would be lost) fails `--images clips` naming the file, episode and the way out,
+    """An RGBA image (its alpha would be lost) fails the default `--images clips` naming the file, episode and the way out,
     and leaves nothing; `--images keep` carries the same source exactly."""
     src, _ = pair
     broken = tmp_path / "src"
@@ -225,17 +225,38 @@ def test_images_an_rgb_clip_cannot_carry_are_refused(pair, tmp_path, capsys):
     rel = "data/chunk-000/file-000.parquet"
     _recolour(broken / rel, 2, "RGBA")
     out = tmp_path / "out"
-    rc = cli_main(["compile", str(broken), str(out), "--images", "clips", "--workers", "1", "--no-progress"])
+    rc = cli_main(["compile", str(broken), str(out), "--workers", "1", "--no-progress"])  # clips: the default
     err = capsys.readouterr().err
     assert rc == 2 and CAMS[1] in err and "'RGBA'" in err and "--images keep" in err, err
     assert rel in err and "episode 0" in err and not out.exists()
-    assert cli_main(["compile", str(broken), str(out), "--workers", "1", "--no-progress"]) == 0
+    assert cli_main(["compile", str(broken), str(out), "--images", "keep", "--workers", "1", "--no-progress"]) == 0
     assert load_manifest(str(out)).cameras == []
 
 
 def test_a_mixture_must_store_image_features_alike(pair, tmp_path):
     src, out = pair
     kept = tmp_path / "kept"
-    compile_dataset(str(src), str(kept), settings=CompileSettings.for_tests(), workers=1)
+    compile_dataset(str(src), str(kept), settings=CompileSettings.for_tests().replace(images="keep"), workers=1)
     with pytest.raises(MixtureMismatch, match="same --images"):
         CompiledDataset([str(out), str(kept)])
+
+
+def test_default_is_clips_and_what_stays_encoded():
+    """--images clips is the default; depth images, other channel counts and sizes x265 cannot encode stay the
+    source's encoded images, each with its reason (the compile summary prints them); --images keep keeps all."""
+    feats = {"rgb": {"dtype": "image", "shape": [48, 64, 3], "names": ["height", "width", "channels"]},
+             "chw": {"dtype": "image", "shape": [3, 40, 40], "names": ["channels", "height", "width"]},
+             "tiny": {"dtype": "image", "shape": [8, 8, 3], "names": ["height", "width", "channels"]},
+             "gray": {"dtype": "image", "shape": [48, 64, 1], "names": ["height", "width", "channels"]},
+             "depth": {"dtype": "image", "shape": [48, 64, 1], "names": ["height", "width", "channels"],
+                       "info": {"is_depth_map": True, "depth_unit": "mm"}},
+             "cam": {"dtype": "video", "shape": [48, 64, 3], "names": ["height", "width", "channels"]},
+             "state": {"dtype": "float32", "shape": [2], "names": None}}
+    assert CompileSettings().images == "clips"
+    assert image_clip_keys(feats, CompileSettings()) == ["rgb", "chw"]
+    assert clip_keys(feats, CompileSettings()) == ["rgb", "chw", "cam"]
+    kept = kept_images(feats, CompileSettings())
+    assert list(kept) == ["tiny", "gray", "depth"] and "too small" in kept["tiny"] and "depth" in kept["depth"]
+    keep = CompileSettings(images="keep")
+    assert (image_clip_keys(feats, keep), kept_images(feats, keep), clip_keys(feats, keep)) == ([], {}, ["cam"])
+    assert CompileSettings.from_dict({k: v for k, v in keep.to_dict().items() if k != "images"}).images == "keep"

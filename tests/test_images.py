@@ -1,5 +1,5 @@
 """Images in parquet (``dtype: "image"``, LeRobot's ``use_videos=False``), string and language columns: compiled
-with the encoded images kept in the record rows, validated, and read back exactly on every read path.
+with ``--images keep``, the encoded images kept in the record rows, validated, and read back exactly on every read path.
 
 Ground truth: the synthetic frames themselves (``render_frame``: pixel codes and every pixel value), the
 reference reader over the source (its own decoder, OpenCV), and the language rows synth wrote."""
@@ -34,7 +34,7 @@ FPS = 20  # conftest.SMALL
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> tuple[Path, Path]:
-    return compiled_pair(tmp_path_factory, use_videos=False, language=True)
+    return compiled_pair(tmp_path_factory, use_videos=False, language=True, compile_options={"images": "keep"})
 
 
 def _frame(index: int, episode: int, cam: int, k: int) -> torch.Tensor:

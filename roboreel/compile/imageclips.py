@@ -43,11 +43,32 @@ _CHROMA_SAMPLES = 8
 
 
 def image_clip_keys(features: dict[str, dict], settings: CompileSettings) -> list[str]:
-    """Image features this compile turns into clips: with ``--images clips``, every 3-channel, non-depth one."""
+    """Image features this compile turns into clips: with ``--images clips`` (the default), every 3-channel,
+    non-depth one x265 can encode (``kept_images`` says why the others stay encoded images)."""
     if settings.images != "clips":
         return []
-    return [k for k, f in features.items() if f.get("dtype") == IMAGE_DTYPE and not is_depth(f)
-            and _channels(f) == 3]
+    return [k for k, f in features.items() if f.get("dtype") == IMAGE_DTYPE and _clip_refusal(f) is None]
+
+
+def kept_images(features: dict[str, dict], settings: CompileSettings) -> dict[str, str]:
+    """Image features that stay the source's encoded images under ``--images clips``, and why."""
+    if settings.images != "clips":
+        return {}
+    return {k: why for k, f in features.items() if f.get("dtype") == IMAGE_DTYPE
+            and (why := _clip_refusal(f)) is not None}
+
+
+def _clip_refusal(feature: dict) -> str | None:
+    if is_depth(feature):
+        return "a depth map (no RGB clip carries it exactly)"
+    hwc = _hwc(feature)
+    if hwc is None or hwc[2] != 3:
+        return f"not 3 channels (shape {feature.get('shape')})"
+    try:
+        x265_size_params(height=hwc[0], width=hwc[1])
+    except ValueError:
+        return f"{hwc[0]}x{hwc[1]} is too small for x265"
+    return None
 
 
 def clip_keys(features: dict[str, dict], settings: CompileSettings) -> list[str]:
@@ -56,21 +77,17 @@ def clip_keys(features: dict[str, dict], settings: CompileSettings) -> list[str]
     return [k for k, f in features.items() if f.get("dtype") == "video" or k in images]
 
 
-def _channels(feature: dict) -> int | None:
-    shape, names = list(feature.get("shape") or []), list(feature.get("names") or [])
+def _hwc(feature: dict) -> tuple[int, int, int] | None:
+    """(height, width, channels) of an image feature's shape: by its ``names``, else HWC (or CHW when the first
+    axis looks like channels)."""
+    shape, names = [int(x) for x in feature.get("shape") or []], list(feature.get("names") or [])
     if len(shape) != 3:
         return None
-    if "channels" in names:
-        return int(shape[names.index("channels")])
-    return int(shape[0]) if shape[0] in (1, 3) and shape[2] not in (1, 3) else int(shape[2])
-
-
-def check_image_size(key: str, height: int, width: int) -> None:
-    """Refuse an image feature x265 cannot encode reliably (ValueError naming it and the way out)."""
-    try:
-        x265_size_params(height=height, width=width)
-    except ValueError as e:
-        raise ValueError(f"image feature {key!r}: {e}; or keep its images as they are (--images keep)") from e
+    if {"height", "width", "channels"} <= set(names):
+        return shape[names.index("height")], shape[names.index("width")], shape[names.index("channels")]
+    if shape[0] in (1, 3) and shape[2] not in (1, 3):
+        return shape[1], shape[2], shape[0]
+    return shape[0], shape[1], shape[2]
 
 
 def _rungs(settings: CompileSettings, chroma_ok: bool) -> list[tuple[str, int | None]]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from roboreel.compile.clips import clip_done, remove_clips, remove_clips_dir, sweep_clip_temps
 from roboreel.compile.finalize import finalize as finalize_out
-from roboreel.compile.imageclips import clip_keys
+from roboreel.compile.imageclips import clip_keys, kept_images
 from roboreel.compile.outdir import check_source_files, make_lock, prepare_out, write_snapshot
 from roboreel.compile.plan import (
     check_encodable,
@@ -82,6 +82,7 @@ class CompileReport:
     clips_reused: int = 0  # clips an earlier, interrupted run had finished (not made again)
     reencode_reasons: dict[str, int] = field(default_factory=dict)  # why clips were re-encoded -> how many
     clips_lossless: int = 0  # clips proven identical to the source decode (stream copies, lossless depth)
+    images_kept: dict[str, str] = field(default_factory=dict)  # image features --images clips left encoded: why
     frames_out: int | None = None  # frames written, when --fps kept fewer than ``frames`` (source frames)
     fps_out: int | None = None
 
@@ -106,6 +107,7 @@ class CompileReport:
             + (f" ({self.clips_reused} kept from an interrupted run)" if self.clips_reused else "")
             + (f", {self.clips_lossless} lossless" if self.clips_lossless else "")
             + "".join(f"; {n} re-encoded: {why}" for why, n in sorted(self.reencode_reasons.items()) if why)
+            + "".join(f"; image feature {k} kept as encoded images: {why}" for k, why in self.images_kept.items())
             + f"; {psnr}; "
             f"{self.seconds:.1f}s, {self.frames_per_s:.0f} frames/s x {self.cameras} cameras; "
             + ("manifest written" if self.finalized else "not finalized (other parts missing)")
@@ -234,6 +236,7 @@ def compile_dataset(
         finalize_out(out)
     report = _report(out, plan, mine, len(todo), part, done_all, lengths, work_frames, time.perf_counter() - t0)
     report.cameras = len(clip_keys(source.info.features, settings))
+    report.images_kept = kept_images(source.info.features, settings)
     report.input_bytes = round(sum(in_bytes[e] for i in mine for e in plan[i]))
     report.clips_reused = reused
     step = frame_step(source.fps, settings.fps)

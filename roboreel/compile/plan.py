@@ -15,7 +15,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from roboreel.compile.imageclips import check_image_size, image_clip_keys
 from roboreel.compile.resample import check_transform, frame_step
 from roboreel.compile.settings import CompileSettings, x265_size_params
 from roboreel.formats import lerobot_v3 as v3
@@ -105,8 +104,6 @@ def check_encodable(source: LeRobotSource, settings: CompileSettings) -> None:
         raise ValueError(f"--resize names cameras {unknown} the source does not have; its cameras: "
                          f"{source.camera_keys}")
     check_transform(source.info.features, source.fps, settings)  # --fps divides the source's; no parquet images
-    for key in image_clip_keys(source.info.features, settings):  # --images clips: x265 must take their size
-        check_image_size(key, *camera_hw(source.info.features[key]))
     for cam in source.camera_keys:
         feature = source.info.features[cam]
         codec = str((feature.get("info") or {}).get("video.codec", "")).lower()

@@ -85,7 +85,7 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
         ds.save_episode()
     ds.finalize()
     _annotate(src)
-    settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2)
+    settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2, images="keep")
     compile_dataset(str(src), str(out), settings=settings, workers=1)
     return src, out
 
@@ -192,8 +192,9 @@ def clips(pair, tmp_path_factory) -> Path:
     depth images (which no RGB clip carries) stay encoded."""
     src, _ = pair
     out = tmp_path_factory.mktemp("lerobot-image-clips") / "compiled"
-    settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2, images="clips")
-    compile_dataset(str(src), str(out), settings=settings, workers=1)
+    settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2)  # clips: the default
+    report = compile_dataset(str(src), str(out), settings=settings, workers=1)
+    assert list(report.images_kept) == [DEPTH_MM, DEPTH_M] and "image feature" in report.summary()
     return out
 
 

@@ -33,15 +33,18 @@ def source(tmp_path_factory: Any, **overrides: Any) -> Path:
     return _SOURCES[key]
 
 
-def compiled_pair(tmp_path_factory: Any, *, episodes_per_shard: int = 2, **overrides: Any) -> tuple[Path, Path]:
-    """``(source, compiled)`` for SMALL-with-overrides compiled with test settings and ``episodes_per_shard``."""
+def compiled_pair(tmp_path_factory: Any, *, episodes_per_shard: int = 2, compile_options: dict[str, Any] | None = None,
+                  **overrides: Any) -> tuple[Path, Path]:
+    """``(source, compiled)`` for SMALL-with-overrides compiled with test settings, ``episodes_per_shard`` and
+    ``compile_options`` (CompileSettings fields)."""
     from roboreel.compile import CompileSettings, compile_dataset
 
     src = source(tmp_path_factory, **overrides)
-    key = (_key(overrides), episodes_per_shard)
+    key = (_key(overrides), episodes_per_shard, _key(compile_options or {}))
     if key not in _COMPILED:
         out = tmp_path_factory.mktemp("reader-compiled") / "compiled"
-        settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=episodes_per_shard)
+        settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=episodes_per_shard,
+                                       **(compile_options or {}))
         compile_dataset(str(src), str(out), settings=settings, workers=1)
         _COMPILED[key] = out
     return src, _COMPILED[key]
