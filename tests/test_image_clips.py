@@ -16,13 +16,11 @@ from pathlib import Path
 
 import av
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
 from PIL import Image
-from support.datasets import batch_indices, codes, source
+from support.datasets import batch_indices, codes, set_image_bytes, source
 
 import roboreel
 from roboreel.bench.reference import ReferenceDataset
@@ -200,20 +198,11 @@ def test_the_ladder_picks_by_measurement(kind, pix_fmt, lossless):
 
 
 def _recolour(path: Path, row: int, mode: str) -> None:
-    """Replace one image of ``path`` by the same picture in Pillow ``mode`` (row groups kept)."""
-    pf = pq.ParquetFile(path)
-    groups = [pf.read_row_group(g) for g in range(pf.num_row_groups)]
-    t = groups[0]
-    col = t.column(CAMS[1]).combine_chunks()
-    data = pc.struct_field(col, [0]).to_pylist()
+    """Replace one image of ``path`` by the same picture in Pillow ``mode``."""
+    image = pq.read_table(path, columns=[CAMS[1]]).column(CAMS[1])[row]["bytes"].as_py()
     buf = io.BytesIO()
-    Image.open(io.BytesIO(data[row])).convert(mode).save(buf, format="PNG")
-    data[row] = buf.getvalue()
-    fixed = pa.StructArray.from_arrays([pa.array(data, pa.binary()), pc.struct_field(col, [1])], fields=list(col.type))
-    groups[0] = t.set_column(t.column_names.index(CAMS[1]), CAMS[1], fixed)
-    with pq.ParquetWriter(path, pf.schema_arrow) as w:
-        for g in groups:
-            w.write_table(g)
+    Image.open(io.BytesIO(image)).convert(mode).save(buf, format="PNG")
+    set_image_bytes(path, CAMS[1], row, buf.getvalue())
 
 
 def test_images_an_rgb_clip_cannot_carry_are_refused(pair, tmp_path, capsys):

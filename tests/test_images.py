@@ -11,12 +11,10 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
-from support.datasets import assert_same_sample, batch_indices, codes, compiled_pair
+from support.datasets import assert_same_sample, batch_indices, codes, compiled_pair, set_image_bytes
 
 import roboreel
 from roboreel.bench.reference import ReferenceDataset
@@ -147,21 +145,6 @@ def test_return_uint8_does_not_apply_to_image_features(pair):
         assert batch[cam].dtype == torch.float32 and torch.equal(batch[cam][2], ref[2][cam])
 
 
-def _strip_bytes(path: Path, row: int) -> None:
-    """Make one image row of ``path`` a path-only reference (no embedded bytes), keeping its row groups."""
-    pf = pq.ParquetFile(path)
-    groups = [pf.read_row_group(g) for g in range(pf.num_row_groups)]
-    t = groups[0]
-    col = t.column(CAMS[0]).combine_chunks()
-    data = pc.struct_field(col, [0]).to_pylist()
-    data[row] = None
-    fixed = pa.StructArray.from_arrays([pa.array(data, pa.binary()), pc.struct_field(col, [1])], fields=list(col.type))
-    groups[0] = t.set_column(t.column_names.index(CAMS[0]), CAMS[0], fixed)
-    with pq.ParquetWriter(path, pf.schema_arrow) as w:
-        for g in groups:
-            w.write_table(g)
-
-
 def test_images_without_bytes_are_refused(pair, tmp_path, capsys):
     """A row referring to an image file instead of embedding it cannot be carried: compile fails naming the file
     and episode and leaves nothing; validate reports it."""
@@ -169,7 +152,7 @@ def test_images_without_bytes_are_refused(pair, tmp_path, capsys):
     broken = tmp_path / "src"
     shutil.copytree(src, broken)
     rel = "data/chunk-000/file-000.parquet"
-    _strip_bytes(broken / rel, 3)
+    set_image_bytes(broken / rel, CAMS[0], 3, None)
     out = tmp_path / "out"
     rc = cli_main(["compile", str(broken), str(out), "--workers", "1"])
     err = capsys.readouterr().err

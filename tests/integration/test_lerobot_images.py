@@ -149,13 +149,19 @@ def test_batches_equal_lerobot_collate(pair, num_workers):
     src, out = pair
     theirs = LeRobotDataset(REPO, root=src)
     ds = CompiledDataset(str(out), seed=4)
+    _check_batches(ds, theirs, num_workers, _assert_equal)
+
+
+def _check_batches(ds, theirs, num_workers: int, check) -> None:
+    """Every batch of DataLoader(ds) with lerobot_collate_fn and of roboreel.loader(ds) against LeRobot's samples
+    collated alike (``check(got, want, where)``), over a whole epoch."""
     for dl, collate in ((torch.utils.data.DataLoader(ds, batch_size=4, num_workers=num_workers,
                                                      collate_fn=lerobot_collate_fn), lerobot_collate_fn),
                         (roboreel.loader(ds, batch_size=4, num_workers=num_workers), _keeping_language)):
         seen = []
         for batch in dl:
             idx = batch["index"].tolist()
-            _assert_equal(batch, collate([theirs[i] for i in idx]), idx)
+            check(batch, collate([theirs[i] for i in idx]), idx)
             seen += idx
         assert sorted(seen) == list(range(len(theirs)))
 
@@ -242,12 +248,4 @@ def test_clips_batches_with_windows_and_return_uint8(pair, clips, num_workers):
     deltas = {CAM: [-0.2, -0.1, 0.0], "action": [0.0, 0.1]}
     theirs = LeRobotDataset(REPO, root=src, delta_timestamps=deltas, return_uint8=True)
     ds = CompiledDataset(str(clips), seed=4, delta_timestamps=deltas, return_uint8=True)
-    for dl, collate in ((torch.utils.data.DataLoader(ds, batch_size=4, num_workers=num_workers,
-                                                     collate_fn=lerobot_collate_fn), lerobot_collate_fn),
-                        (roboreel.loader(ds, batch_size=4, num_workers=num_workers), _keeping_language)):
-        seen = []
-        for batch in dl:
-            idx = batch["index"].tolist()
-            _assert_within_floor(batch, collate([theirs[i] for i in idx]), idx)
-            seen += idx
-        assert sorted(seen) == list(range(len(theirs)))
+    _check_batches(ds, theirs, num_workers, _assert_within_floor)

@@ -73,3 +73,24 @@ def assert_same_sample(got: dict[str, Any], want: dict[str, Any], cameras: list[
 
 def batch_indices(batch: dict[str, Any]) -> list[int]:
     return [int(i) for i in np.asarray(batch["index"]).reshape(-1)]
+
+
+def set_image_bytes(path: Path, key: str, row: int, data: bytes | None) -> None:
+    """Replace the embedded bytes of one row of image feature ``key`` in the first row group of ``path`` (None: a
+    path-only reference, no bytes), keeping the file's schema and row groups."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    groups = [pf.read_row_group(g) for g in range(pf.num_row_groups)]
+    t = groups[0]
+    col = t.column(key).combine_chunks()
+    values = pc.struct_field(col, [0]).to_pylist()
+    values[row] = data
+    fixed = pa.StructArray.from_arrays([pa.array(values, pa.binary()), pc.struct_field(col, [1])],
+                                       fields=list(col.type))
+    groups[0] = t.set_column(t.column_names.index(key), key, fixed)
+    with pq.ParquetWriter(path, pf.schema_arrow) as w:
+        for g in groups:
+            w.write_table(g)
