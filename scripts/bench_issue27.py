@@ -103,26 +103,35 @@ def main() -> None:
     p.add_argument("--gop", action="store_true", help="measure the stream-copy GOP policy instead (see above)")
     p.add_argument("--gops", default="2,32,240", help="source GOPs for --gop")
     p.add_argument("--batches", type=int, default=40, help="loader batches (of 16) per compile and round, --gop")
+    p.add_argument("--source", default=None, help="part 1 only, on this dataset instead of the synthetic one")
+    p.add_argument("--workers", type=int, default=1, help="compile workers, part 1")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench27-"))
     try:
         if args.gop:
             gop_policy(args, work)
             return
-        src = work / "src"
-        synthesize(src, SynthConfig(episodes=args.episodes, min_length=args.length, max_length=args.length, fps=30,
-                                    cameras=(RGB,), depth_cameras=(DEPTH,), height=args.height, width=args.width))
-        print(f"source: {args.episodes} x {args.length} frames, {args.height}x{args.width}, 1 RGB (AV1, synthetic "
-              "scene) + 1 depth camera (lossless HEVC gray12le)")
+        src = Path(args.source) if args.source else work / "src"
+        if args.source:
+            print(f"source: {src}")
+        else:
+            synthesize(src, SynthConfig(episodes=args.episodes, min_length=args.length, max_length=args.length,
+                                        fps=30, cameras=(RGB,), depth_cameras=(DEPTH,), height=args.height,
+                                        width=args.width))
+            print(f"source: {args.episodes} x {args.length} frames, {args.height}x{args.width}, 1 RGB (AV1, "
+                  "synthetic scene) + 1 depth camera (lossless HEVC gray12le)")
         out = None
         for r in range(args.rounds):
             for floor in (0.0, 40.0):
                 out = work / f"out-{r}-{int(floor)}"
                 settings = CompileSettings(min_psnr=floor, episodes_per_shard=2)
                 t0 = time.perf_counter()
-                rep = compile_dataset(str(src), str(out), settings=settings, workers=1)
+                rep = compile_dataset(str(src), str(out), settings=settings, workers=args.workers, progress=False)
                 print(f"compile round {r} min_psnr={floor:g}: {time.perf_counter() - t0:.2f} s, PSNR min "
-                      f"{rep.psnr_min:.2f} dB, mean {rep.psnr_mean:.2f} dB, {rep.clips_lossless} lossless clips")
+                      f"{rep.psnr_min:.2f} dB, mean {rep.psnr_mean:.2f} dB, {rep.bytes / 1e6:.2f} MB, "
+                      f"{rep.clips_lossless} lossless clips; {dict(rep.reencode_reasons)}")
+        if args.source:
+            return
         for r in range(args.rounds):
             mine = _read_compiled(out, args.samples)
             theirs = _read_lerobot(src, args.samples)

@@ -19,7 +19,8 @@ def test_same_frames_alternated_with_psnr_per_clip(small_source):
     src = LeRobotSource(str(small_source))
     clips = len(src.episodes) * len(src.camera_keys)
     frames = sum(e.length for e in src.episodes) * len(src.camera_keys)
-    result = compile_benchmark(str(small_source), settings=CompileSettings(preset="ultrafast"),
+    # the same transcode on both sides: roboreel's PSNR floor (a lower CRF where a frame needs it) off
+    result = compile_benchmark(str(small_source), settings=CompileSettings(preset="ultrafast", min_psnr=0.0),
                                config=CompileBenchConfig(workers=(1, 2), repeats=1))
     runs = result["runs"]
     assert [(r["tool"], r["workers"]) for r in runs] == [("roboreel", 1), ("ffmpeg", 1), ("roboreel", 2),

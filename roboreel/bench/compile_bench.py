@@ -11,6 +11,8 @@ worker count, so a shared machine's noise hits both alike; medians are compared.
   CLI's best case).
 
 roboreel also writes parquet, tars, sha256s and checks every clip, so the comparison is conservative for it.
+Its PSNR floor (a lower CRF for clips with a frame under 40 dB in RGB) is off unless ``settings`` turn it on:
+with it the two sides would not do the same transcode.
 Frames are counted in the outputs (packets), so both sides are credited only with frames they wrote.
 
 Fidelity: PSNR (all three yuv420p planes, as ffmpeg's psnr filter "average") of every ``psnr_stride``-th frame
@@ -198,7 +200,9 @@ def _psnr_of(src: LeRobotSource, clips: dict[tuple[int, str], bytes | Path], str
 def compile_benchmark(source: str, *, settings: CompileSettings | None = None,
                       config: CompileBenchConfig = CompileBenchConfig()) -> dict[str, Any]:
     """Alternate roboreel and ffmpeg for each worker count; returns runs, ratios and PSNR."""
-    s = replace(settings or CompileSettings(), reencode=True)  # always measure the transcode
+    # always measure the transcode; by default without roboreel's PSNR floor (its lower-CRF re-encodes of some clips
+    # would make the two sides' work differ): pass settings to measure it too
+    s = replace(settings or CompileSettings(min_psnr=0.0), reencode=True)
     runs: list[dict[str, Any]] = []
     fidelity: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="roboreel-cbench-") as tmp:

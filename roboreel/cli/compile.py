@@ -71,8 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "frame (default off: docs/format.md, Encoding)")
     p.add_argument("--psnr-frames", type=int, default=d.psnr_frames, help="frames per clip sampled for PSNR")
     p.add_argument("--min-psnr", type=float, default=d.min_psnr,
-                   help=f"fidelity floor (dB) of every re-encoded RGB frame: lower CRFs are tried, then compile fails "
-                        f"(default {d.min_psnr:g}; 0 turns it off)")
+                   help=f"fidelity floor (dB) of every re-encoded frame, in RGB against the source decode: lower CRFs "
+                        f"are tried, then x265 lossless (default {d.min_psnr:g}; 0 turns it off)")
     p.add_argument("--images", choices=IMAGE_MODES, default=d.images,
                    help="image features (images in the data parquet): 'clips' (default) makes RGB ones HEVC clips "
                         "held to --min-psnr on every frame in RGB (4.7x faster to read than the kept PNGs on "

@@ -6,7 +6,8 @@ defaults (4:2:0, CRF 24) the lowest frame is 39.5 dB at 480x640, and at 96x96 4:
 (chroma subsampling alone costs it: 37.5 dB at CRF 10), while 4:4:4 reaches 43.4 dB at CRF 12. So each clip tries,
 in turn, until every frame reaches ``settings.min_psnr``:
 
-1. yuv420p at ``crf_ladder`` (the settings' CRF, then 4, 8, 12 lower): the fastest to decode (1.2 ms a 480x640
+1. yuv420p at the settings' CRF, then lower ones as each try's lowest frame asks (``transcode.next_crf``, down
+   to 12 below): the fastest to decode (1.2 ms a 480x640
    frame on one core against 2.9 ms for its PNG). Skipped when the 4:2:0 conversion alone (no codec) already
    leaves a sampled frame within 2 dB of the floor, or when a side is odd;
 2. yuv444p at the same CRFs: no chroma subsampling (2.2-2.8 ms a 480x640 frame);
@@ -23,14 +24,14 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 
 import av
 import numpy as np
 
 from roboreel.compile.settings import CompileSettings, x265_size_params
-from roboreel.compile.transcode import _MUX_OPTIONS, Clip, crf_ladder, decode_clip, psnr, sample_indices
+from roboreel.compile.transcode import _MUX_OPTIONS, Clip, decode_clip, next_crf, psnr, sample_indices
 from roboreel.formats.depth import is_depth
 from roboreel.formats.errors import RoboreelError, SourceError
 from roboreel.formats.images import ImageDecodeError, rgb_pixels
@@ -90,9 +91,15 @@ def _hwc(feature: dict) -> tuple[int, int, int] | None:
     return shape[0], shape[1], shape[2]
 
 
-def _rungs(settings: CompileSettings, chroma_ok: bool) -> list[tuple[str, int | None]]:
-    lossy = [(fmt, crf) for fmt in (["yuv420p"] if chroma_ok else []) + ["yuv444p"] for crf in crf_ladder(settings)]
-    return [*lossy, (LOSSLESS, None)]
+def _rungs(settings: CompileSettings, chroma_ok: bool) -> Iterator[tuple[str, int | None]]:
+    """(pix_fmt, CRF) to try in turn; ``send(worst)`` after each lossy try (the lowest frame's dB) picks the next
+    CRF of the same pixel format, or moves on to the next format when none is left (``next_crf``)."""
+    for fmt in (["yuv420p"] if chroma_ok else []) + ["yuv444p"]:
+        crf: int | None = settings.crf
+        while crf is not None:
+            worst = yield fmt, crf
+            crf = next_crf(settings, crf, worst)
+    yield LOSSLESS, None
 
 
 def _chroma_floor(frames: Sequence[np.ndarray]) -> float:
@@ -162,7 +169,9 @@ def encode_image_clip(images: Sequence[bytes], *, key: str, fps: int, settings: 
     chroma = _chroma_floor([pixels(k) for k in sample_indices(len(images), _CHROMA_SAMPLES)]) \
         if height % 2 == 0 and width % 2 == 0 else -math.inf
     chroma_ok = chroma >= settings.min_psnr + _CHROMA_MARGIN_DB
-    for attempt, (pix_fmt, crf) in enumerate(_rungs(settings, chroma_ok)):
+    rungs = _rungs(settings, chroma_ok)
+    pix_fmt, crf = next(rungs)
+    for attempt in range(64):  # bounded by the rungs (<= 2 x 13 CRFs + lossless)
         try:
             data = _encode(images, pixels, fps=fps, settings=settings, pix_fmt=pix_fmt, crf=crf, height=height,
                            width=width, progress=progress if attempt == 0 else None)
@@ -181,6 +190,7 @@ def encode_image_clip(images: Sequence[bytes], *, key: str, fps: int, settings: 
                         bframes=settings.bframes, mode="encode", pix_fmt=pix_fmt, lossless=crf is None, why=why,
                         psnr=[scores[k] for k in sample_indices(len(images), settings.psnr_frames)], crf=crf,
                         psnr_min=worst, psnr_checked=len(scores))
+        pix_fmt, crf = rungs.send(worst)
     raise AssertionError("unreachable: the lossless rung always passes")
 
 

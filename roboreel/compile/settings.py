@@ -63,8 +63,8 @@ class CompileSettings:
     # GOP makes every random access decode up to that many frames (issue 27: a 240-frame GOP H.264 read 1.8-2x
     # slower than re-encoded). LeRobot writes g=2; phones and recorders write 30-250.
     remux_max_gop: int = 32
-    # Fidelity floor of re-encoded RGB (dB, per compared frame against the source decode): below it the clip is
-    # re-encoded at a lower CRF (down to ``crf - 12`` in steps of 4), and compile fails if that is not enough.
+    # Fidelity floor of re-encoded RGB (dB, every frame in RGB against the source decode): below it the clip is
+    # re-encoded at a lower CRF (down to ``crf - 12`` in steps of 4), then x265 lossless (transcode.py).
     min_psnr: float = 40.0
     # Image features (``dtype: "image"``, images in the data parquet): "clips" re-encodes RGB ones as HEVC clips
     # held to ``min_psnr`` on every frame in RGB (compile/imageclips.py; measured on ALOHA 480x640: read 4.7x

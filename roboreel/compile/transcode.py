@@ -10,11 +10,17 @@ Two paths:
 A resized (``size``, compile/resize.py) or resampled (``step``, compile/resample.py) span is always encoded.
 
 Every clip is decoded once after writing: it must hold exactly ``length`` frames at pts k/fps, in order.
-PSNR is measured against the encoder's input (the source decode, resized when resizing), over all three yuv420p
-planes, as ffmpeg's psnr filter reports "average": on every frame, from references kept during the encode while
-they fit in 64 MiB (e.g. up to ~1,100 frames at 120x160, ~145 at 480x640), else in a second, streaming pass that
-decodes the source again beside the clip (``floor_pass``). A frame under ``min_psnr``
-(40 dB) re-encodes the clip at a lower CRF, and compile fails if CRF - 12 is still under (``encode_with_floor``).
+PSNR is measured in RGB, what a sample holds: the clip's frame converted to rgb24 against the encoder's input
+(the source decode, resized when resizing) converted alike, over the three channels, on every frame, in the
+encode's own pass: the encoder's packets are decoded as they come out (``_InFlightCheck``), so a reference is
+held only while its frame is inside x265 (its lookahead), and nothing is decoded twice. (Measured over the
+yuv420p planes instead, as ffmpeg's psnr filter reports "average", a 120x160 camera read 42.3 dB where its RGB
+frames, against LeRobotDataset's, went down to 36.9 dB.) For an 8-bit 4:2:0 source the reference is exactly what
+LeRobot returns; for 10/12-bit or 4:4:4 sources the conversion to 8-bit 4:2:0 stays outside the floor: FFmpeg
+builds convert those differently (PyAV's and torchcodec's rgb24 of one 10-bit frame differ by 43.8 dB with no
+codec at all). A frame under ``min_psnr`` (40 dB) re-encodes the clip at a lower CRF (down to CRF - 12), then with
+x265 ``lossless=1``: every frame equal to its input, so content no CRF holds costs bytes, not a failed compile
+(``encode_with_floor``).
 Depth cameras never come here (depth.py).
 """
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -30,6 +37,7 @@ from itertools import islice
 from typing import Literal
 
 import av
+import cv2
 import numpy as np
 
 from roboreel.compile.copypolicy import codec_refusal, gop_refusal
@@ -42,7 +50,6 @@ from roboreel.compile.stats import downsample
 from roboreel.compile.stats import sample_indices as stats_sample_indices
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 
-_PSNR_REF_BYTES = 64 << 20  # decoded reference frames one encode keeps for the PSNR floor (see _psnr_stride)
 _MUX_OPTIONS = {"fflags": "+bitexact"}  # no muxer version string: same bytes from any FFmpeg build that encodes alike
 _CODEC_TAGS = {"hevc": "hvc1", "h264": "avc1"}
 
@@ -86,8 +93,12 @@ def sample_indices(length: int, n: int) -> list[int]:
 
 
 def psnr(ref: np.ndarray, test: np.ndarray) -> float:
-    """PSNR in dB of two uint8 arrays (inf when identical)."""
-    mse = float(np.mean((ref.astype(np.float32) - test.astype(np.float32)) ** 2))
+    """PSNR in dB of two uint8 arrays of one shape (inf when identical). OpenCV's exact sum of squared
+    differences: 0.06 ms a 480x640 RGB frame where numpy's float32 arithmetic took 3.7 ms, more than the
+    colour conversions and the decode the floor's check needs (every frame, every try)."""
+    if ref.shape != test.shape:
+        raise ValueError(f"PSNR of frames of different shapes {ref.shape} and {test.shape}")
+    mse = cv2.norm(np.ascontiguousarray(ref), np.ascontiguousarray(test), cv2.NORM_L2SQR) / ref.size
     return math.inf if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
 
 
@@ -100,7 +111,7 @@ def decode_clip(
 ) -> tuple[dict[int, np.ndarray], list[bytes]]:
     """Decode a compiled clip and prove it holds frames 0..length-1 at pts k/fps, in order.
 
-    Returns the planes of the ``keep`` frames and, with ``digests``, a digest per frame.
+    Returns the ``keep`` frames in RGB (rgb24) and, with ``digests``, a digest per frame.
     """
     keep = set(keep)
     kept: dict[int, np.ndarray] = {}
@@ -115,7 +126,7 @@ def decode_clip(
                     raise CompiledFormatError(f"clip frame {k} has pts {frame.pts} (frame {got})", file=where,
                                               episode=episode)
                 if k in keep:
-                    kept[k] = frame.to_ndarray()
+                    kept[k] = frame.to_ndarray(format="rgb24")
                 if digests:
                     sums.append(_frame_digest(frame))
     except av.error.FFmpegError as e:
@@ -135,51 +146,51 @@ def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) ->
     return frame
 
 
-def floor_pass(video: SourceVideo, data: bytes, *, from_s: float, length: int, step: int, method: str,
-               where: str, episode: int) -> tuple[float, int]:
-    """(lowest PSNR, frames compared) of every frame of a clip against the encoder's input, in one streaming
-    pass (the source decoded again beside the clip, nothing held): the floor's check for clips whose references
-    did not fit in memory during the encode (``_psnr_stride``)."""
-    worst, n = math.inf, 0
-    decoded = video.frames(from_s, length, episode=episode)
-    source = islice(decoded, 0, None, step)
-    try:
-        with av.open(io.BytesIO(data), "r") as c:
-            for src, got in zip(source, c.decode(c.streams.video[0]), strict=True):
-                ref = encoder_input(src, got.height, got.width, method)
-                worst, n = min(worst, psnr(ref.to_ndarray(), got.to_ndarray())), n + 1
-    finally:
-        decoded.close()
-    return worst, n
+class _InFlightCheck:
+    """PSNR of frames in RGB, checked as the encoder emits them: each packet is decoded here before it is muxed
+    (an HEVC decoder primed with the encoder's parameter sets), and each decoded frame is compared with the
+    reference kept for it when it went in. References wait in a FIFO only while their frame is inside x265."""
 
+    def __init__(self, stream: av.video.stream.VideoStream) -> None:
+        self.stream = stream
+        self.decoder: av.CodecContext | None = None
+        self.pending: deque[tuple[int, np.ndarray | None]] = deque()
+        self.scores: dict[int, float] = {}
 
-def _psnr_stride(length: int, frame_bytes: int, settings: CompileSettings) -> int:
-    """Every ``stride``-th frame is kept as a PSNR reference: every frame while the references fit in
-    ``_PSNR_REF_BYTES``, else evenly spaced ones that do (never fewer than ``psnr_frames``)."""
-    if settings.min_psnr <= 0:
-        return 0
-    stride = max(1, math.ceil(length * frame_bytes / _PSNR_REF_BYTES))
-    if settings.psnr_frames:
-        stride = min(stride, max(1, length // settings.psnr_frames))
-    return stride
+    def put(self, n: int, reference: np.ndarray | None) -> None:
+        """Frame ``n`` goes into the encoder; ``reference`` (rgb24) is what it must come back as (None: not
+        checked)."""
+        self.pending.append((n, reference))
+
+    def packet(self, packet: av.Packet | None) -> None:
+        """An encoder packet (None: the end), decoded before it is muxed (muxing consumes its data)."""
+        if self.decoder is None:
+            self.decoder = av.CodecContext.create("hevc", "r")
+            self.decoder.extradata = self.stream.codec_context.extradata  # mp4: parameter sets out of band
+        for frame in self.decoder.decode(packet):
+            n, reference = self.pending.popleft()
+            if reference is not None:
+                self.scores[n] = psnr(reference, frame.to_ndarray(format="rgb24"))
 
 
 def encode_clip(
     frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str, episode: int,
     progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None, method: str = FILTER,
-    stats_frames: Iterable[int] = (),
+    stats_frames: Iterable[int] = (), lossless: bool = False,
 ) -> Clip:
     """Encode exactly ``length`` frames to an HEVC mp4 clip (see module doc); ``progress(1)`` after each frame.
+    ``lossless``: x265 ``lossless=1`` instead of ``settings.crf`` (the floor's last rung, ``encode_with_floor``).
 
     ``Clip.psnr`` holds the ``psnr_frames`` evenly spaced frames the compile report averages; ``Clip.psnr_min``
-    the lowest PSNR of every frame checked against the floor (``_psnr_stride``). ``size``: (height, width) to
+    the lowest PSNR of every frame checked (all of them while ``min_psnr`` is on; ``_InFlightCheck``). ``size``:
+    (height, width) to
     resize to with ``method`` (compile/resize.py); ``stats_frames``: frames whose encoder input is kept as
     downsampled RGB for the camera's stats (compile/stats.py), in ``Clip.stats_rgb``."""
     buf = io.BytesIO()
     tb = Fraction(1, fps)
     want = set(sample_indices(length, settings.psnr_frames))
-    refs: dict[int, np.ndarray] = {}
-    stride = -1
+    every = settings.min_psnr > 0
+    check: _InFlightCheck | None = None
     for_stats = set(stats_frames)
     rgb: list[np.ndarray] = []
     out = av.open(buf, "w", format="mp4", container_options=_MUX_OPTIONS)
@@ -190,44 +201,48 @@ def encode_clip(
             if stream is None:
                 height, width = size or (frame.height, frame.width)
                 try:
-                    params = settings.x265_params(height=height, width=width)
+                    params = settings.x265_params(height=height, width=width) + (":lossless=1" if lossless else "")
                 except ValueError as e:
                     raise RoboreelError(f"{e} ({where}, episode {episode})") from e
                 stream = out.add_stream("libx265", rate=fps)
                 stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
                 stream.time_base = tb
                 stream.codec_tag = "hvc1"
-                stream.options = {
-                    "crf": str(settings.crf), "preset": settings.preset,
-                    "x265-params": params,
-                }
-                stride = _psnr_stride(length, width * height * 3 // 2, settings)
+                stream.options = {"preset": settings.preset, "x265-params": params,
+                                  **({} if lossless else {"crf": str(settings.crf)})}
+                check = _InFlightCheck(stream)
             frame = encoder_input(frame, stream.height, stream.width, method)
-            if n in want or (stride > 0 and n % stride == 0):
-                refs[n] = frame.to_ndarray()
+            check.put(n, frame.to_ndarray(format="rgb24") if every or n in want else None)
             if n in for_stats:
                 rgb.append(downsample(frame.to_ndarray(format="rgb24").transpose(2, 0, 1)))
             frame.pts, frame.time_base = n, tb
             frame.pict_type = av.video.frame.PictureType.NONE  # a source keyframe must not force one here
             for packet in stream.encode(frame):
+                check.packet(packet)
                 out.mux(packet)
             n += 1
             if progress is not None:
                 progress(1)
-        if stream is None or n != length:
+        if stream is None or check is None or n != length:
             raise RoboreelError(f"encoder got {n} frames for an episode of {length} ({where}, episode {episode})")
         for packet in stream.encode(None):
+            check.packet(packet)
             out.mux(packet)
+        check.packet(None)
     except av.error.FFmpegError as e:
         raise RoboreelError(f"HEVC encode failed: {e} ({where}, episode {episode})") from e
     finally:
         out.close()
     data = buf.getvalue()
-    decoded, _ = decode_clip(data, length=length, fps=fps, keep=refs, where=where, episode=episode)
-    scores = {k: psnr(refs[k], decoded[k]) for k in refs}
+    decode_clip(data, length=length, fps=fps, where=where, episode=episode)  # the mp4: frame count, pts k/fps
+    scores = check.scores
+    if check.pending or len(scores) != (length if every else len(want)):
+        raise RoboreelError(f"the encoder's {length} frames decoded back as {len(scores)} checked, "
+                            f"{len(check.pending)} missing ({where}, episode {episode})")
     return Clip(
         data=data, codec="hevc", height=stream.height, width=stream.width, frames=length, gop=settings.gop,
-        bframes=settings.bframes, mode="encode", psnr=[scores[k] for k in sorted(want)], crf=settings.crf,
+        bframes=settings.bframes, mode="encode", psnr=[scores[k] for k in sorted(want)],
+        crf=None if lossless else settings.crf,
         psnr_min=min(scores.values(), default=math.inf), psnr_checked=len(scores),
         stats_rgb=np.stack(rgb) if rgb else None,
     )
@@ -254,10 +269,17 @@ def can_remux(video: SourceVideo, settings: CompileSettings) -> bool:
     return codec_refusal(video.codec, video.ctx.pix_fmt, settings) is None
 
 
-def crf_ladder(settings: CompileSettings) -> list[int]:
-    """The CRFs tried in turn until every checked frame reaches ``min_psnr``: the settings' own, then 4, 8 and 12
-    lower (each CRF step is ~0.5 dB; settings.py)."""
-    return sorted({max(0, settings.crf - d) for d in (0, 4, 8, 12)}, reverse=True)
+CRF_RANGE = 12  # the floor lowers the CRF at most this far below the settings' own before going lossless
+
+
+def next_crf(settings: CompileSettings, crf: int, worst: float) -> int | None:
+    """The CRF to try after ``crf`` left a frame at ``worst`` dB, under ``min_psnr``: lower by what the deficit
+    needs (a CRF step is ~0.5 dB: twice the deficit in steps, plus one, at least two), never below
+    ``settings.crf - CRF_RANGE``; None when that was already tried."""
+    lowest = max(0, settings.crf - CRF_RANGE)
+    if crf <= lowest:
+        return None
+    return max(lowest, crf - max(2, math.ceil(2 * (settings.min_psnr - worst)) + 1))
 
 
 def encode_with_floor(
@@ -265,32 +287,40 @@ def encode_with_floor(
     why: str, progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None,
     method: str = FILTER, step: int = 1, stats: bool = False,
 ) -> Clip:
-    """Re-encode the span, at lower CRFs while a checked frame is under ``min_psnr``; raise if none reaches it.
+    """Re-encode the span, at lower CRFs while a checked frame is under ``min_psnr``, then x265 lossless (frames
+    equal to the encoder's input, so never under: content no CRF holds costs bytes, never a failed compile or a
+    frame under the floor); raise only if that does not decode to its input.
 
     With ``step`` k only source frames 0, k, 2k, ... are kept and the clip runs at ``video.fps / k``."""
     clip = None
     kept = kept_length(length, step)
-    for attempt, crf in enumerate(crf_ladder(settings)):
+    crf: int | None = settings.crf
+    for attempt in range(CRF_RANGE + 2):  # at most every CRF of the range, then lossless
         # decode on a thread, ahead of x265; with a step, every source frame is decoded and every k-th kept
         frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
         try:
-            clip = encode_clip(frames, length=kept, fps=video.fps // step, settings=settings.replace(crf=crf),
-                               where=where, episode=episode, progress=progress if attempt == 0 else None,
-                               size=size, method=method, stats_frames=stats_sample_indices(kept) if stats else ())
+            clip = encode_clip(frames, length=kept, fps=video.fps // step,
+                               settings=settings if crf is None else settings.replace(crf=crf), where=where,
+                               episode=episode, progress=progress if attempt == 0 else None, size=size,
+                               method=method, stats_frames=stats_sample_indices(kept) if stats else (),
+                               lossless=crf is None)
         finally:
             frames.close()  # joins the decode thread before anyone touches `video` again
-        if settings.min_psnr > 0 and clip.psnr_checked < clip.frames and clip.psnr_min >= settings.min_psnr:
-            # the references did not all fit: check every frame in a streaming pass before passing the clip
-            clip.psnr_min, clip.psnr_checked = floor_pass(video, clip.data, from_s=from_s, length=length,
-                                                          step=step, method=method, where=where, episode=episode)
         if clip.psnr_min >= settings.min_psnr:
-            clip.why = why if crf == settings.crf else f"{why}; CRF {crf} (not {settings.crf}) to keep every " \
-                f"checked frame >= {settings.min_psnr:g} dB"
+            if crf is None:
+                clip.why = f"{why}; x265 lossless: no CRF kept every checked frame >= {settings.min_psnr:g} dB"
+            elif crf != settings.crf:
+                clip.why = f"{why}; CRF {crf} (not {settings.crf}) to keep every checked frame >= " \
+                    f"{settings.min_psnr:g} dB"
+            else:
+                clip.why = why
             return clip
+        if crf is None:
+            break
+        crf = next_crf(settings, crf, clip.psnr_min)
     raise RoboreelError(
-        f"re-encoded frames reach only {clip.psnr_min:.2f} dB PSNR against the source decode even at CRF {clip.crf}, "
-        f"under the floor of {settings.min_psnr:g} dB ({where}, episode {episode}); compile with a lower --crf, "
-        "or stream-copy-friendly sources"
+        f"the x265 lossless encode reads back at {clip.psnr_min:.2f} dB PSNR, not equal to its input ({where}, "
+        f"episode {episode})"
     )
 
 
