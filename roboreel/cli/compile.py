@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"are tried, then x265 lossless (default {d.min_psnr:g}; 0 turns it off)")
     p.add_argument("--images", choices=IMAGE_MODES, default=d.images,
                    help="image features (images in the data parquet): 'clips' (default) makes RGB ones HEVC clips "
-                        "held to --min-psnr on every frame in RGB (4.7x faster to read than the kept PNGs on "
+                        "held to --min-psnr on every frame in RGB (4.9x faster to read than the kept PNGs on "
                         "480x640 ALOHA); 'keep' carries the encoded images as they are, exact (docs/format.md, "
                         "Image features)")
     p.add_argument("--remux-max-gop", type=int, default=d.remux_max_gop,

@@ -67,8 +67,8 @@ class CompileSettings:
     # re-encoded at a lower CRF (down to ``crf - 12`` in steps of 4), then x265 lossless (transcode.py).
     min_psnr: float = 40.0
     # Image features (``dtype: "image"``, images in the data parquet): "clips" re-encodes RGB ones as HEVC clips
-    # held to ``min_psnr`` on every frame in RGB (compile/imageclips.py; measured on ALOHA 480x640: read 4.7x
-    # faster than the kept PNGs, 3.8x LeRobotDataset); "keep" carries the source's encoded images as they are
+    # held to ``min_psnr`` on every frame in RGB (compile/imageclips.py; measured on ALOHA 480x640: read 4.9x
+    # faster than the kept PNGs, 4.2x LeRobotDataset); "keep" carries the source's encoded images as they are
     # (exact, LeRobot's own decode, read at ~0.8x LeRobot). docs/format.md, "Image features".
     images: Literal["clips", "keep"] = "clips"
 
