@@ -1,8 +1,9 @@
 """Issue 27's costs, measured: what the PSNR floor adds to a compile, and what reading depth costs.
 
-1. Compile a synthetic source (RGB + a LeRobot-style depth camera) with the floor off (``min_psnr=0``: 4 sampled
-   frames per clip) and on (default 40 dB: every frame checked while references fit), alternated ``--rounds``
-   times: wall seconds and the lowest PSNR each saw.
+1. Compile a synthetic source (RGB + a LeRobot-style depth camera), or ``--source SRC`` (this part only), with the
+   floor off (``min_psnr=0``: 4 sampled frames per clip) and on (default 40 dB: every frame checked in RGB as
+   x265 emits it, lower CRFs where a frame needs it), alternated ``--rounds`` times: wall seconds, the lowest
+   PSNR each saw, output MB and the re-encode reasons.
 2. Read the compiled dataset (``CompiledDataset``, one process, shuffled) and, when LeRobot is importable (run
    in its venv with ``PYTHONPATH`` at this checkout), the source with ``LeRobotDataset`` in a shuffled order,
    alternated: samples/s, depth camera included.
@@ -14,6 +15,7 @@
 
     flock /tmp/bench.lock python scripts/bench_issue27.py --height 240 --width 320 --episodes 4 --length 80
     flock /tmp/bench.lock python scripts/bench_issue27.py --gop --height 160 --width 160 --length 240
+    python scripts/bench_issue27.py --source /work/data/aloha --rounds 3 --workers 2
 """
 
 from __future__ import annotations
