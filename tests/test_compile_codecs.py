@@ -10,12 +10,17 @@ import json
 import math
 from pathlib import Path
 
+import av
+import numpy as np
+import pytest
 import torch
 from support.datasets import codes
 
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.compile import CompileSettings, compile_dataset
 from roboreel.compile.clips import CLIPS_DIR
+from roboreel.compile.transcode import check_clip_timing, encode_clip
+from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader import CompiledDataset
 from roboreel.synth import SynthConfig, synthesize
 from roboreel.validate import validate
@@ -138,3 +143,19 @@ def test_floor_measures_what_the_reader_returns(tmp_path):
         measured[ep] = min(measured.get(ep, math.inf), _rgb_psnr(s[CAM], ref[i][CAM]))
     assert sorted(floor) == sorted(measured) == [0, 1, 2, 3]
     assert all(abs(floor[e] - measured[e]) < 0.01 and floor[e] >= 40.0 for e in floor), (floor, measured)
+
+
+def test_clip_timing_is_proven_from_the_container():
+    """Clips decoded where they were made (in flight, or by torchcodec for image clips) get their frame count and
+    pts k/fps proven by demuxing alone: a wrong length, a wrong rate and bytes that are no mp4 are each refused,
+    naming the clip and episode."""
+    frames = (av.VideoFrame.from_ndarray(np.full((64, 64, 3), 20 * k, np.uint8), format="rgb24") for k in range(6))
+    clip = encode_clip(frames, length=6, fps=10, settings=CompileSettings.for_tests(), where="c.mp4", episode=2)
+    check_clip_timing(clip.data, length=6, fps=10, where="c.mp4", episode=2)
+    with pytest.raises(CompiledFormatError, match="holds 6 frames, the episode 7") as err:
+        check_clip_timing(clip.data, length=7, fps=10, where="c.mp4", episode=2)
+    assert (err.value.file, err.value.episode) == ("c.mp4", 2)
+    with pytest.raises(CompiledFormatError, match="clip frame 1 has pts at frame 2"):
+        check_clip_timing(clip.data, length=6, fps=20, where="c.mp4", episode=2)
+    with pytest.raises(CompiledFormatError, match="does not demux"):
+        check_clip_timing(b"not an mp4", length=6, fps=10, where="c.mp4", episode=2)

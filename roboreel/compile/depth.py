@@ -48,9 +48,8 @@ def _codes_digest(frame: av.VideoFrame) -> bytes:
 
 
 def _clip_digests(data: bytes, *, length: int, fps: int, where: str, episode: int) -> list[bytes]:
-    decode_clip(data, length=length, fps=fps, where=where, episode=episode)  # frame count and pts k/fps
-    with av.open(io.BytesIO(data), "r") as c:
-        return [_codes_digest(f) for f in c.decode(c.streams.video[0])]
+    """Digest of every frame's codes, in one decode that also proves the frame count and pts k/fps."""
+    return decode_clip(data, length=length, fps=fps, digest=_codes_digest, where=where, episode=episode)
 
 
 def encode_depth(frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str,

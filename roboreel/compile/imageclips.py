@@ -31,7 +31,7 @@ import av
 import numpy as np
 
 from roboreel.compile.settings import CompileSettings, x265_size_params
-from roboreel.compile.transcode import _MUX_OPTIONS, Clip, decode_clip, next_crf, psnr, sample_indices
+from roboreel.compile.transcode import _MUX_OPTIONS, Clip, check_clip_timing, next_crf, psnr, sample_indices
 from roboreel.formats.depth import is_depth
 from roboreel.formats.errors import RoboreelError, SourceError
 from roboreel.formats.images import ImageDecodeError, rgb_pixels
@@ -178,7 +178,7 @@ def encode_image_clip(images: Sequence[bytes], *, key: str, fps: int, settings: 
         except av.error.FFmpegError as e:
             raise RoboreelError(f"HEVC encode of image feature {key!r} failed: {e} ({where}, episode {episode})") \
                 from e
-        decode_clip(data, length=len(images), fps=fps, where=where, episode=episode)  # pts k/fps, frame count
+        check_clip_timing(data, length=len(images), fps=fps, where=where, episode=episode)  # _scores decodes it
         scores = _scores(data, pixels, len(images))
         worst = min(scores)
         if crf is None and worst != math.inf:

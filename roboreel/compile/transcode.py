@@ -107,14 +107,11 @@ def _frame_digest(frame: av.VideoFrame) -> bytes:
 
 
 def decode_clip(
-    data: bytes, *, length: int, fps: int, keep: Iterable[int] = (), digests: bool = False, where: str, episode: int
-) -> tuple[dict[int, np.ndarray], list[bytes]]:
-    """Decode a compiled clip and prove it holds frames 0..length-1 at pts k/fps, in order.
-
-    Returns the ``keep`` frames in RGB (rgb24) and, with ``digests``, a digest per frame.
-    """
-    keep = set(keep)
-    kept: dict[int, np.ndarray] = {}
+    data: bytes, *, length: int, fps: int, digest: Callable[[av.VideoFrame], bytes] | None = None, where: str,
+    episode: int,
+) -> list[bytes]:
+    """Decode a compiled clip and prove it holds frames 0..length-1 at pts k/fps, in order; returns ``digest`` of
+    every frame (none without one)."""
     sums: list[bytes] = []
     try:
         with av.open(io.BytesIO(data), "r") as c:
@@ -125,16 +122,34 @@ def decode_clip(
                 if got != k:
                     raise CompiledFormatError(f"clip frame {k} has pts {frame.pts} (frame {got})", file=where,
                                               episode=episode)
-                if k in keep:
-                    kept[k] = frame.to_ndarray(format="rgb24")
-                if digests:
-                    sums.append(_frame_digest(frame))
+                if digest is not None:
+                    sums.append(digest(frame))
     except av.error.FFmpegError as e:
         raise CompiledFormatError(f"compiled clip does not decode: {e}", file=where, episode=episode) from e
     if k + 1 != length:
         raise CompiledFormatError(f"compiled clip holds {k + 1} frames, the episode {length}", file=where,
                                   episode=episode)
-    return kept, sums
+    return sums
+
+
+def check_clip_timing(data: bytes, *, length: int, fps: int, where: str, episode: int) -> None:
+    """Prove, from the container alone (demuxed, not decoded), that a clip holds ``length`` frames at pts k/fps:
+    for clips whose every packet was already decoded where they were made (``_InFlightCheck``, image clips)."""
+    try:
+        with av.open(io.BytesIO(data), "r") as c:
+            s = c.streams.video[0]
+            pts = [p.pts for p in c.demux(s) if p.size]
+    except av.error.FFmpegError as e:
+        raise CompiledFormatError(f"compiled clip does not demux: {e}", file=where, episode=episode) from e
+    if None in pts:
+        raise CompiledFormatError("compiled clip has packets without pts", file=where, episode=episode)
+    got = sorted(round(float(p * s.time_base) * fps) for p in pts)
+    if len(got) != length:
+        raise CompiledFormatError(f"compiled clip holds {len(got)} frames, the episode {length}", file=where,
+                                  episode=episode)
+    if got != list(range(length)):
+        k = next(i for i, g in enumerate(got) if g != i)
+        raise CompiledFormatError(f"clip frame {k} has pts at frame {got[k]}", file=where, episode=episode)
 
 
 def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) -> av.VideoFrame:
@@ -234,7 +249,7 @@ def encode_clip(
     finally:
         out.close()
     data = buf.getvalue()
-    decode_clip(data, length=length, fps=fps, where=where, episode=episode)  # the mp4: frame count, pts k/fps
+    check_clip_timing(data, length=length, fps=fps, where=where, episode=episode)  # decoded in flight already
     scores = check.scores
     if check.pending or len(scores) != (length if every else len(want)):
         raise RoboreelError(f"the encoder's {length} frames decoded back as {len(scores)} checked, "
@@ -352,7 +367,8 @@ def transcode_span(
             why = "the span is not a closed run of packets starting on a keyframe"
         elif (why := gop_refusal(packets.packets, settings)) is None:
             data = remux_clip(video, packets)
-            _, clip_digests = decode_clip(data, length=length, fps=fps, digests=True, where=where, episode=episode)
+            clip_digests = decode_clip(data, length=length, fps=fps, digest=_frame_digest, where=where,
+                                       episode=episode)
             if clip_digests == source_digests:
                 n = len(sample_indices(length, settings.psnr_frames))
                 return Clip(
