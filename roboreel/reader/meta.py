@@ -103,10 +103,28 @@ class EpisodeTable:
 
 
 class FeatureKeys:
-    """What LeRobot's ``LeRobotDatasetMetadata`` derives from ``info`` (features, fps, totals, the key lists), for
-    one dataset's meta and a mixture's merged one alike (each gives ``info``)."""
+    """What LeRobot's ``LeRobotDatasetMetadata`` derives from ``info`` (features, fps, totals, the key lists), and
+    its ``stats`` slot, for one dataset's meta and a mixture's merged one alike (each gives ``info`` and
+    ``_read_stats``)."""
 
     info: dict[str, Any]
+    _stats: dict[str, dict[str, np.ndarray]] | None = None
+    _stats_read = False
+
+    def _read_stats(self) -> dict[str, dict[str, np.ndarray]] | None:
+        raise NotImplementedError
+
+    @property
+    def stats(self) -> dict[str, dict[str, np.ndarray]] | None:
+        """The stats, read on first use (``_read_stats``); mutable, as in LeRobot: lerobot-train writes ImageNet
+        stats into it, and edits stay on this object."""
+        if not self._stats_read:
+            self._stats, self._stats_read = self._read_stats(), True
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: dict[str, dict[str, Any]] | None) -> None:
+        self._stats, self._stats_read = value, True
 
     @property
     def features(self) -> dict[str, dict[str, Any]]:
@@ -172,8 +190,6 @@ class DatasetMeta(FeatureKeys):
         self.retries, self.backoff_s = retries, backoff_s
         self._source = LeRobotSource(self.url, storage_options=self.storage_options)
         self._info: dict[str, Any] | None = None
-        self._stats: dict[str, dict[str, np.ndarray]] | None = None
-        self._stats_read = False
         self._tasks: Any = None
         self._episodes: EpisodeTable | None = None
 
@@ -246,18 +262,10 @@ class DatasetMeta(FeatureKeys):
         return self.info.get("video_path")
 
     # -- stats.json, tasks, episodes ----------------------------------------------------------------------
-    @property
-    def stats(self) -> dict[str, dict[str, np.ndarray]] | None:
-        """meta/stats.json as numpy arrays (None when the dataset has none). Mutable: edits stay on this object."""
-        if not self._stats_read:
-            raw = self._read(lambda: self._json(STATS_PATH, missing_ok=True), STATS_PATH)
-            self._stats = None if raw is None else rescale_depth_stats(stats_to_numpy(raw), self.features)
-            self._stats_read = True
-        return self._stats
-
-    @stats.setter
-    def stats(self, value: dict[str, dict[str, Any]] | None) -> None:
-        self._stats, self._stats_read = value, True
+    def _read_stats(self) -> dict[str, dict[str, np.ndarray]] | None:
+        """meta/stats.json as numpy arrays (None when the dataset has none)."""
+        raw = self._read(lambda: self._json(STATS_PATH, missing_ok=True), STATS_PATH)
+        return None if raw is None else rescale_depth_stats(stats_to_numpy(raw), self.features)
 
     @property
     def tasks(self) -> Any:

@@ -29,8 +29,6 @@ class MixtureMeta(FeatureKeys):
         self.keys, self.task_names = list(keys), list(tasks)
         self.repo_id = "+".join(m.repo_id for m in self.members)
         self._info: dict[str, Any] | None = None
-        self._stats: dict[str, dict[str, np.ndarray]] | None = None
-        self._stats_read = False
         self._tasks: Any = None
 
     def __repr__(self) -> str:
@@ -60,18 +58,9 @@ class MixtureMeta(FeatureKeys):
     def total_tasks(self) -> int:
         return len(self.task_names)
 
-    @property
-    def stats(self) -> dict[str, dict[str, np.ndarray]] | None:
-        """The members' stats of the common features, aggregated as LeRobot's ``aggregate_stats``. Mutable."""
-        if not self._stats_read:
-            self._stats = aggregate_stats([m.url for m in self.members], [m.stats for m in self.members],
-                                          self.keys)
-            self._stats_read = True
-        return self._stats
-
-    @stats.setter
-    def stats(self, value: dict[str, dict[str, Any]] | None) -> None:
-        self._stats, self._stats_read = value, True
+    def _read_stats(self) -> dict[str, dict[str, np.ndarray]] | None:
+        """The members' stats of the common features, aggregated as LeRobot's ``aggregate_stats``."""
+        return aggregate_stats([m.url for m in self.members], [m.stats for m in self.members], self.keys)
 
     @property
     def tasks(self) -> Any:
