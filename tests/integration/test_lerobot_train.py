@@ -108,19 +108,25 @@ def test_both_loaders_train_with_two_workers_and_held_out_episodes_on_the_same_b
     assert eval_losses[0] == eval_losses[1]  # same batches, same seed: the same model evaluated on the same data
 
 
-def test_accelerate_two_processes_read_disjoint_splits_in_equal_steps(lerobot_pair, tmp_path):
-    _, compiled = lerobot_pair
-    steps = 3
-    # `accelerate launch --cpu --num_processes 2` starts ONE process (accelerate 1.15's simple launcher: multi-CPU
-    # needs mpirun); --multi_gpu launches through torchrun, and with --policy.device=cpu every rank runs on the CPU
-    # (DistributedType.MULTI_CPU, gloo).
+def _two_ranks(args: list[str], probe):
+    """lerobot-train with ``args`` on two accelerate ranks, finished successfully; skipped (never a false pass:
+    these tests are about two ranks) when accelerate starts fewer. `accelerate launch --cpu --num_processes 2`
+    starts ONE process (accelerate 1.15's simple launcher: multi-CPU needs mpirun); --multi_gpu launches through
+    torchrun, and with --policy.device=cpu every rank runs on the CPU (DistributedType.MULTI_CPU, gloo)."""
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                 "--main_process_port", str(free_port())]
-    run = run_train(_args(compiled, tmp_path / "out", steps=steps, workers=0), tmp_path / "probe", launcher=launcher)
-    if run.started() < 2:  # never a false pass: this test is about two ranks
+    run = run_train(args, probe, launcher=launcher)
+    if run.started() < 2:
         pytest.skip(f"accelerate started {run.started()} of 2 processes:\n{run.log[-2000:]}")
     _ok(run)
+    return run
+
+
+def test_accelerate_two_processes_read_disjoint_splits_in_equal_steps(lerobot_pair, tmp_path):
+    _, compiled = lerobot_pair
+    steps = 3
+    run = _two_ranks(_args(compiled, tmp_path / "out", steps=steps, workers=0), tmp_path / "probe")
     assert "Effective batch size: 4 x 2 = 8" in run.log and f"step:{steps} " in run.log
     ranks = [_indices(run, r) for r in (0, 1)]
     assert [len(r) for r in ranks] == [steps, steps]  # one batch per step on every rank
@@ -171,13 +177,7 @@ def test_a_weighted_mixture_of_two_roots_trains_and_resumes(lerobot_pair, tmp_pa
 def test_accelerate_two_processes_read_a_mixture_in_equal_steps(lerobot_pair, tmp_path):
     _, compiled = lerobot_pair
     steps = 3
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                "--main_process_port", str(free_port())]
-    run = run_train(_mixture_args(compiled, tmp_path / "out", steps=steps), tmp_path / "probe", launcher=launcher)
-    if run.started() < 2:  # never a false pass: this test is about two ranks
-        pytest.skip(f"accelerate started {run.started()} of 2 processes:\n{run.log[-2000:]}")
-    _ok(run)
+    run = _two_ranks(_mixture_args(compiled, tmp_path / "out", steps=steps), tmp_path / "probe")
     ranks = [_drawn(run, r) for r in (0, 1)]
     assert [len(r) for r in ranks] == [steps, steps]
     for rank in (0, 1):
