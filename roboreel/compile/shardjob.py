@@ -117,13 +117,13 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
     entries, clips_info, tables, stats = [], {}, [], {}
     step = frame_step(source.fps, job.settings.fps)
     grid = {e.index: e for e in resample_episodes(source.episodes, step)}  # lengths and indices on the new grid
+    cams = clip_keys(source.info.features, job.settings)  # video features, and image features made clips
     with ShardWriter(os.path.join(job.out, tar_rel)) as writer:
         for ep_index in job.episodes:
             src_ep, ep = source.episode(ep_index), grid[ep_index]
             rows = resample_rows(source.episode_rows(src_ep), step=step, from_index=ep.from_index,
                                  fps=source.fps // step)
             check_image_columns(rows, image_keys(source.info.features), file=src_ep.data_path, episode=src_ep.index)
-            cams = clip_keys(source.info.features, job.settings)
             rows = rows.drop_columns([c for c in cams if c in rows.column_names])  # image features made clips
             record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, job, cams, on_frames)
             if job.settings.transforms:  # stats of what was kept (stats.py): rows here, cameras from the clips
