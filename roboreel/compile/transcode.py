@@ -138,12 +138,13 @@ def check_clip_timing(data: bytes, *, length: int, fps: int, where: str, episode
     try:
         with av.open(io.BytesIO(data), "r") as c:
             s = c.streams.video[0]
+            tb = s.time_base  # read while the container is open
             pts = [p.pts for p in c.demux(s) if p.size]
     except av.error.FFmpegError as e:
         raise CompiledFormatError(f"compiled clip does not demux: {e}", file=where, episode=episode) from e
     if None in pts:
         raise CompiledFormatError("compiled clip has packets without pts", file=where, episode=episode)
-    got = sorted(round(float(p * s.time_base) * fps) for p in pts)
+    got = sorted(round(float(p * tb) * fps) for p in pts)
     if len(got) != length:
         raise CompiledFormatError(f"compiled clip holds {len(got)} frames, the episode {length}", file=where,
                                   episode=episode)
@@ -255,7 +256,7 @@ def encode_clip(
         raise RoboreelError(f"the encoder's {length} frames decoded back as {len(scores)} checked, "
                             f"{len(check.pending)} missing ({where}, episode {episode})")
     return Clip(
-        data=data, codec="hevc", height=stream.height, width=stream.width, frames=length, gop=settings.gop,
+        data=data, codec="hevc", height=height, width=width, frames=length, gop=settings.gop,
         bframes=settings.bframes, mode="encode", psnr=[scores[k] for k in sorted(want)],
         crf=None if lossless else settings.crf,
         psnr_min=min(scores.values(), default=math.inf), psnr_checked=len(scores),
