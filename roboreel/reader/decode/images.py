@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from roboreel.formats.depth import MM_PER_METRE
 from roboreel.formats.images import ImageDecodeError, image_pixels
 
-MM_PER_METRE = np.float32(1000.0)  # lerobot.datasets.depth_utils.MM_PER_METRE
+_MM_PER_METRE = np.float32(MM_PER_METRE)  # float32 x float32: the product LeRobot's float32 tensors give
 
 __all__ = ["NO_IMAGE_CLIPS", "ImageClips", "ImageDecodeError", "decode_image", "decode_images", "finish_images"]
 
@@ -36,7 +37,7 @@ def decode_image(data: bytes, *, name: str = "image", metres: bool = False) -> n
     to turn into what LeRobot's sample holds (see the module doc). ``metres``: a depth image stored in metres,
     returned in millimetres."""
     out = image_pixels(data, name=name)
-    return out * MM_PER_METRE if metres else out
+    return out * _MM_PER_METRE if metres else out
 
 
 def decode_images(encoded: list[bytes], *, name: str = "image", metres: bool = False) -> np.ndarray:
