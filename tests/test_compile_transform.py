@@ -4,7 +4,7 @@ Sample j of the compiled dataset must be the reference reader's sample at the ke
 ... of each episode), tabular values exactly (index / frame_index / timestamp renumbered on the new grid), camera
 frames identified by their pixel code (the top camera is resized by exactly 2x, so its code blocks survive) and
 within 35 dB PSNR of torch's antialiased bilinear resize of the reference frame, which is what
-``torchvision.transforms.v2.functional.resize(antialias=True)`` runs on uint8 tensors (scripts/resize_filters.py
+``torchvision.transforms.v2.functional.resize(antialias=True)`` runs on uint8 tensors (benchmarks/resize_filter_psnr.py
 --check-torchvision asserts the two equal in the LeRobot venv; this venv has no torchvision).
 """
 

@@ -1,14 +1,14 @@
 """``scripts/gpu_check.sh --prepare DIR``: what the GPU check carries to a machine with no network, made here.
 
-- ``DIR/wheels``: the Python 3.12 wheels the GPU machine lacks (its package list: /work/.library/device/KINDS.md),
+- ``DIR/wheels``: the Python 3.12 wheels the GPU machine lacks (it has torch 2.11 with CUDA and no network),
   fetched with ``pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64
   ...``: torchcodec 0.15 (a CUDA 13.0 build on PyPI, loads with torch 2.11), PyAV 18 (its wheel's FFmpeg 8.1
   serves torchcodec through symlinks, see gpu_check.sh), roboreel's other declared dependencies missing there,
   and what ``LeRobotDataset`` 0.6.1 imports that is missing there.
-- ``DIR/data/main``: compiled HEVC at a real camera size: ALOHA sim footage (480x640, scripts/render_aloha.py)
+- ``DIR/data/main``: compiled HEVC at a real camera size: ALOHA sim footage (480x640, benchmarks/render_aloha.py)
   when ``--aloha PATH`` holds it, else synthetic 480x640; ``DIR/data/main-source``: its AV1 LeRobot v3 source,
   for LeRobotDataset; ``DIR/data/small``: synthetic 224x224, compiled; ``DIR/data/prepared.json``: what each is.
-- The whole folder must stay under the 64 MiB the device tool carries, with the repository: checked at the end.
+- The whole folder travels to the GPU machine with the repository, 64 MiB at most in all: checked at the end.
 
 ``--small`` makes tiny data (96x128 and 64x64, a few frames) for the test of ``--cpu-only`` (tests/).
 """
@@ -100,7 +100,7 @@ def make_data(data: Path, *, aloha: Path | None, small: bool, room_mb: float) ->
     aloha_mb = _size_mb(aloha) if aloha is not None and (aloha / "meta" / "info.json").exists() else None
     if aloha_mb is not None and 2 * aloha_mb + 2 <= room_mb and not small:
         shutil.copytree(aloha, src)
-        origin = f"ALOHA sim footage ({aloha}, scripts/render_aloha.py)"
+        origin = f"ALOHA sim footage ({aloha}, benchmarks/render_aloha.py)"
     else:
         why = ("--small" if small else f"no ALOHA render at {aloha}" if aloha_mb is None else
                f"the ALOHA render at {aloha} is {aloha_mb:.1f} MiB: it and its compiled copy exceed the "
@@ -136,7 +136,7 @@ def _commit() -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dir", type=Path)
-    p.add_argument("--aloha", type=Path, default=Path("/work/data/aloha"),
+    p.add_argument("--aloha", type=Path, default=Path("data/aloha"),
                    help="an ALOHA render (LeRobot v3, 480x640 AV1; ready when meta/info.json exists)")
     p.add_argument("--no-wheels", action="store_true", help="data only (e.g. for --cpu-only here)")
     p.add_argument("--small", action="store_true", help="tiny data, for the test of --cpu-only")
@@ -154,7 +154,7 @@ def main() -> int:
                       "data": {k: v.get("mb") for k, v in data.items()}}, indent=1))
     if total + REPO_MB > CARRY_LIMIT_MB:
         print(f"error: {a.dir} holds {total:.1f} MiB; with the repository it exceeds the {CARRY_LIMIT_MB:.0f} MiB "
-              "the device tool carries: use fewer ALOHA episodes or drop optional wheels", file=sys.stderr)
+              "that may travel with it: use fewer ALOHA episodes or drop optional wheels", file=sys.stderr)
         return 1
     return 0
 

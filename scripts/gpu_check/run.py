@@ -52,7 +52,7 @@ MIN_PART_S = 15.0
 
 
 def _commit(prepared: dict) -> str | None:
-    """This checkout's commit; where the tree travelled without .git (the device tool), the one --prepare saw,
+    """This checkout's commit; where the tree was copied without .git, the one --prepare saw,
     marked as such (with "+dirty" if roboreel/ or scripts/ had uncommitted changes then)."""
     try:
         r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)

@@ -15,7 +15,7 @@ op (pytorch/pytorch#191340 for arguments), about 0.84 KB per ``VideoDecoder`` op
 opens one per pooled clip and lane. Scattered through the main arena, between the blocks freed all epoch, each
 leaked block splits a free region and pins its page: RSS grew ~12 KB per decoder opened, not 0.84.
 ``in_side_arena`` runs the opens on one thread kept for the purpose, so glibc serves them from an arena of their
-own. Opening one decoder at a time (scripts/decoder_churn.py, 120 clips opened and decoded 30 times) the leaked
+own. Opening one decoder at a time (benchmarks/decoder_open_close_memory.py, 120 clips opened and decoded 30 times) the leaked
 blocks then pack densely: from open 1,920 to 3,360, RSS +21 MB opened on the main thread, +0.1 MB on the side
 thread. In the reader, where several decoders of different lifetimes are open at once, the side arena still
 fragments, but a worker's growth fell from ~0.35-0.5 to ~0.25 MB per epoch (docs/reliability.md). A worker that

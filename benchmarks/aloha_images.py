@@ -1,12 +1,12 @@
 """ALOHA footage as a dataset LeRobot 0.6.1 writes itself with ``use_videos=False``: the image-feature benchmark data
 (docs/format.md, "Image features").
 
-The first ``--episodes x --length`` frames of a rendered camera (``scripts/render_aloha.py``: MuJoCo insertion
+The first ``--episodes x --length`` frames of a rendered camera (``benchmarks/render_aloha.py``: MuJoCo insertion
 scene, 480x640) become one ``dtype: "image"`` feature, written by LeRobot's own image writer (PNG,
 ``compress_level=1``) and embedded in the data parquet, with 14-D state and action. Run it in the LeRobot venv:
 
-    .venv-lerobot/bin/python scripts/aloha_images.py \\
-        /work/data/aloha/videos/observation.images.top/chunk-000/file-000.mp4 /work/data/aloha-img
+    .venv-lerobot/bin/python benchmarks/aloha_images.py \\
+        data/aloha/videos/observation.images.top/chunk-000/file-000.mp4 data/aloha-img
 """
 
 from __future__ import annotations

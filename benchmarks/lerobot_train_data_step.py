@@ -9,7 +9,7 @@ workers) per batch, and the reader's own decode seconds per sample (wall time in
 threads and workers: inflated on a busy machine). On a CPU-only trainer the CPU seconds are taken from the
 model; on a GPU trainer the wall seconds are what the step may wait for. Runs in LeRobot's venv:
 
-    PYTHONPATH=$PWD /work/venvs/lerobot/bin/python scripts/bench_lerobot_loader.py /work/bench/aloha-c \\
+    PYTHONPATH=$PWD .venv-lerobot/bin/python benchmarks/lerobot_train_data_step.py data/aloha-rr \\
         --loader stage --batch-size 8 --num-workers 2 --batches 100
 """
 

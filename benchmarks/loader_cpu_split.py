@@ -6,10 +6,10 @@ few epochs and splits the process tree's user + system CPU time between the trai
 than samples/s does, so it can compare code versions on a shared machine (``--repo`` imports roboreel from another
 checkout, e.g. a ``git worktree`` of an older commit); run it under ``perf record`` for the native breakdown.
 
-    python scripts/loader_cpu.py ~/.cache/roboreel/aloha-compiled --batch-size 16 --num-workers 2
-    python scripts/loader_cpu.py DIR --reader dataloader          # DataLoader(CompiledDataset) instead
-    python scripts/loader_cpu.py DIR --channels-last --repo /path/to/other/checkout
-    python scripts/loader_cpu.py DIR --by-thread                  # decode pool vs stage vs main thread
+    python benchmarks/loader_cpu_split.py data/aloha-rr --batch-size 16 --num-workers 2
+    python benchmarks/loader_cpu_split.py DIR --reader dataloader          # DataLoader(CompiledDataset) instead
+    python benchmarks/loader_cpu_split.py DIR --channels-last --repo /path/to/other/checkout
+    python benchmarks/loader_cpu_split.py DIR --by-thread                  # decode pool vs stage vs main thread
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ compiled dataset (or on given mp4 files) in one process and prints RSS and glibc
 what a decoder leaves behind can be measured without the reader (docs/reliability.md, "Memory over long
 training"). Run it under ``heaptrack`` to see the call stacks of what is never freed.
 
-    python scripts/decoder_churn.py COMPILED_DIR --rounds 30 [--source bytes|tensor|file] [--decode] [--trim]
+    python benchmarks/decoder_open_close_memory.py COMPILED_DIR --rounds 30 [--source bytes|tensor|file] [--decode] [--trim]
         [--pin] [--open-thread]
 """
 

@@ -6,12 +6,12 @@ camera at 480x640, 50 fps) while both arms follow smooth random joint trajectori
 writes it with LeRobot's own API and encoding defaults (``LeRobotDataset.create`` / ``add_frame`` /
 ``save_episode`` / ``finalize``), i.e. exactly what a LeRobot user's dataset looks like on disk.
 
-Run it from the lerobot venv (gym-aloha installed there with ``pip install -c
-/work/shared/lerobot/constraints.txt gym-aloha``); rendering is ~3 frames/s on one core, so it is cached:
+Run it from LeRobot's venv (``.venv-lerobot``, made by ``.ci/ci_lerobot.sh``; gym-aloha installed there with
+``.venv-lerobot/bin/pip install gym-aloha``); rendering is ~3 frames/s on one core, so it is cached:
 
     apt-get install -y libosmesa6 libgl1
-    MUJOCO_GL=osmesa nice -n 10 /work/venvs/lerobot/bin/python scripts/render_aloha.py \
-        --out ~/.cache/roboreel/aloha --episodes 4 --frames 150
+    MUJOCO_GL=osmesa nice -n 10 .venv-lerobot/bin/python benchmarks/render_aloha.py \
+        --out data/aloha --episodes 4 --frames 150
 
 An existing complete dataset at ``--out`` is left alone (``--force`` re-renders). The dataset is written under a
 temporary name and renamed into place when complete, so an interrupted render leaves nothing half-written.
@@ -86,7 +86,7 @@ def render(out: Path, *, episodes: int, frames: int, seed: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=Path.home() / ".cache/roboreel/aloha")
+    p.add_argument("--out", type=Path, default=Path("data/aloha"))
     p.add_argument("--episodes", type=int, default=4)
     p.add_argument("--frames", type=int, default=150)
     p.add_argument("--seed", type=int, default=0)

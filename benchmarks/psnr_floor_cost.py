@@ -1,4 +1,4 @@
-"""Issue 27's costs, measured: what the PSNR floor adds to a compile, and what reading depth costs.
+"""The PSNR floor's costs, measured: what it adds to a compile, and what reading depth costs.
 
 1. Compile a synthetic source (RGB + a LeRobot-style depth camera), or ``--source SRC`` (this part only), with the
    floor off (``min_psnr=0``: 4 sampled frames per clip) and on (default 40 dB: every frame checked in RGB as
@@ -13,9 +13,9 @@
    default policy; each compile is read through ``roboreel.loader`` (uint8, shuffled), alternated ``--rounds``
    times: samples/s.
 
-    flock /tmp/bench.lock python scripts/bench_issue27.py --height 240 --width 320 --episodes 4 --length 80
-    flock /tmp/bench.lock python scripts/bench_issue27.py --gop --height 160 --width 160 --length 240
-    python scripts/bench_issue27.py --source /work/data/aloha --rounds 3 --workers 2
+    python benchmarks/psnr_floor_cost.py --height 240 --width 320 --episodes 4 --length 80
+    python benchmarks/psnr_floor_cost.py --gop --height 160 --width 160 --length 240
+    python benchmarks/psnr_floor_cost.py --source data/aloha --rounds 3 --workers 2
 """
 
 from __future__ import annotations

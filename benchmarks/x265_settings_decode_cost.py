@@ -1,12 +1,12 @@
 """What x265 settings cost at decode time: CPU per decoded frame and PSNR, for roboreel's defaults and variants.
 
 A compiled clip is decoded every epoch, so its decode cost matters more than its size. This re-encodes the first
-``--frames`` frames of one source mp4 (e.g. the ALOHA footage of ``scripts/render_aloha.py``) with roboreel's x265
+``--frames`` frames of one source mp4 (e.g. the ALOHA footage of ``benchmarks/render_aloha.py``) with roboreel's x265
 parameters and a few variants, then decodes each front to back with torchcodec on one thread (CPU time, medians of
 ``--rounds`` alternated rounds, so a shared machine's drift hits every variant alike) and computes PSNR over the
 three yuv420p planes against the source decode (docs/format.md, "Encoding defaults").
 
-    python scripts/encode_variants.py ~/.cache/roboreel/aloha/videos/observation.images.top/chunk-000/file-000.mp4
+    python benchmarks/x265_settings_decode_cost.py data/aloha/videos/observation.images.top/chunk-000/file-000.mp4
 """
 
 from __future__ import annotations

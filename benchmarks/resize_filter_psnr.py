@@ -1,4 +1,4 @@
-"""Measure resize filters against torchvision's ``resize(antialias=True)`` (issue 26): which filter compile uses.
+"""Measure resize filters against torchvision's ``resize(antialias=True)``: which filter compile uses.
 
 For each decoded source frame (RGB, as LeRobot's decoders hand it out), the reference is torch's antialiased
 bilinear interpolation of the uint8 RGB frame (what ``torchvision.transforms.v2.functional.resize(frame, [H, W],
@@ -13,8 +13,8 @@ With ``--compiled OUT`` (a ``--resize`` compile of SRC, any ``--fps``), it inste
 end to end (filter + 4:2:0 + x265) against the reference of the kept source frames: every ``--stride``-th
 sample, each camera.
 
-Usage: python scripts/resize_filters.py SRC_DATASET --size 224x224 [--frames 60]
-       python scripts/resize_filters.py SRC_DATASET --compiled OUT [--stride 5]
+Usage: python benchmarks/resize_filter_psnr.py SRC_DATASET --size 224x224 [--frames 60]
+       python benchmarks/resize_filter_psnr.py SRC_DATASET --compiled OUT [--stride 5]
 """
 
 from __future__ import annotations

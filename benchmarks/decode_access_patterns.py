@@ -18,7 +18,7 @@ heap settings and call size:
 The last two are a bound no loader built on torchcodec's CPU decoder can beat: decode in the order a shuffling
 loader must use, and the one copy its output layout needs, with no workers, no stage and no Python beyond the calls.
 
-    python scripts/decode_interleave.py ~/.cache/roboreel/aloha-compiled --threads 2 --repeats 3
+    python benchmarks/decode_access_patterns.py data/aloha-rr --threads 2 --repeats 3
 
 Not a test: CPU time, for the docs' account of where the loader's time goes (docs/benchmarks.md).
 """
