@@ -1,7 +1,7 @@
 """Draw the charts of docs/benchmarks.md from the numbers in its tables (no measurement here).
 
 The numbers are copied from the tables they illustrate, so a chart can be redrawn, or changed with its table, with
-nothing but matplotlib (``pip install 'roboreel[plot]'``):
+nothing but matplotlib (``pip install '.[plot]'`` from a clone):
 
     python benchmarks/plot_doc_charts.py docs/img
 """

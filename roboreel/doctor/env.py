@@ -96,7 +96,7 @@ def _torchcodec_facts() -> dict[str, Any]:
             "major": getattr(_core, "ffmpeg_major_version", None),
             "core_library": str(getattr(_core, "core_library_path", "")) or None,
         }
-    except Exception as e:  # private helper: absent or changed in other torchcodec versions
+    except Exception as e:  # a private torchcodec function: absent or changed in other torchcodec versions
         facts["ffmpeg"] = {"error": error_line(e)}
     return facts
 

@@ -4,7 +4,7 @@ per row of meta/episodes).
 
 Separate from lerobot_v3.py (``LeRobotSource``, which reads these through fsspec, with retries) because this part
 is pure, no filesystem and no I/O: the synthetic writer (synth/) and the checks (validate/) need the layout, not
-the reader. Layout and column names follow LeRobot's writer (see shared/SAMPLE_CONTRACT.md and docs/format.md).
+the reader. Layout and column names follow LeRobot's writer (see docs/format.md).
 """
 from __future__ import annotations
 

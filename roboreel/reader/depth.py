@@ -2,7 +2,7 @@
 
 A depth camera's clips must hold the source's 12-bit codes (``gray12le``, compile/depth.py). A dataset compiled
 before roboreel carried depth (its depth clips went through the 8-bit RGB path: values lost) is refused here,
-naming the camera, rather than read as a 3-channel image (issue 27).
+naming the camera, rather than read as a 3-channel image.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A camera's clips against its feature: channels, bit depth and frame size, and depth stored without loss.
 
-Why: a clip the reader decodes into the wrong kind of tensor is data loss validate must see (issue 27: a depth
-camera compiled through the 8-bit RGB path validated CLEAN while every value was lost). The rules:
+Why: a clip the reader decodes into the wrong kind of tensor is data loss validate must see (a depth camera
+compiled through the 8-bit RGB path would otherwise validate CLEAN while every value was lost). The rules:
 - an RGB feature (``shape`` [H, W, 3]) has 3-channel 8-bit clips (yuv420p; what every reader decodes to RGB);
 - a depth feature (``info.is_depth_map``, formats/depth.py) has 1-channel 12-bit clips (``gray12le``) whose
   record says ``lossless`` (compile proved every frame's codes equal to the source's); anything else is

@@ -6,7 +6,7 @@ reach the dequantiser untouched. LeRobot itself decodes depth with PyAV whatever
 'pyav' backend"), with ``frame.to_ndarray(format="gray12le")``; this does the same. On the GPU path depth is decoded
 here too and the map moved to the device afterwards (the documented CPU fallback): torchcodec's CUDA decoder
 converts to RGB as well, and NVDEC reports monochrome streams as unsupported (CUDA_ERROR_NOT_SUPPORTED for gray
-video, NVIDIA/DALI#4483; not measured here: no GPU in this session).
+video, NVIDIA/DALI#4483; not yet run on a GPU).
 
 ``DepthDecoder`` has the slice of torchcodec's ``VideoDecoder`` surface ``ClipDecoders`` uses
 (``get_frames_at``, ``metadata``), so depth clips share its lanes, runs and release logic. It decodes forward

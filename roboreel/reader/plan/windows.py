@@ -1,4 +1,4 @@
-"""Delta windows, exactly as the sample contract (shared/SAMPLE_CONTRACT.md) and LeRobot's map-style reader.
+"""Delta windows, exactly as ``LeRobotDataset.__getitem__`` (LeRobot's map-style reader) computes them.
 
 ``delta_timestamps = {key: [dt, ...]}`` (seconds) becomes integer frame offsets ``d = round(dt * fps)``; a sample
 at frame ``i`` of an episode ``[start, end)`` then reads frames ``clamp(i + d, start, end - 1)``, and
