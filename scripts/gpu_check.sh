@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# roboreel's one-call check for a lent GPU machine (docs/gpu.md, "The GPU check").
+# roboreel's one-command check of a GPU node (docs/gpu.md, "The node check").
 #
 #   scripts/gpu_check.sh --prepare DIR [--aloha PATH] [--no-wheels] [--small]
 #       here: the wheels the GPU machine lacks and compiled test data into DIR (git-ignored, < 64 MiB)

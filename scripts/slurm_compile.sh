@@ -7,7 +7,7 @@
 # the shard count (the extra tasks only check the source). Tested on a real single-node SLURM 22.05:
 # tests/test_slurm.py (ROBOREEL_SLURM=1 after scripts/ci_slurm.sh).
 #
-#   SRC=hf://datasets/org/name OUT=/shared/compiled/name PARTS=64 bash scripts/slurm_compile.sh
+#   SRC=hf://datasets/org/name OUT=/scratch/compiled/name PARTS=64 bash scripts/slurm_compile.sh
 #
 # OUT must be on a filesystem every node sees. Every task must use the same SRC and compile settings (the
 # OUT lock refuses mixing). Extra compile options go in COMPILE_ARGS, e.g. COMPILE_ARGS="--crf 24 --gop 10".

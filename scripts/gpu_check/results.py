@@ -20,7 +20,7 @@ from typing import Any
 FORMAT = "roboreel.gpu_check"
 VERSION = 1
 
-# The keys every results file holds (docs/gpu.md, "The GPU check"); parts add details beside them.
+# The keys every results file holds (docs/gpu.md, "The node check"); parts add details beside them.
 SCHEMA: tuple[str, ...] = (
     "device", "cores", "date", "commit",
     "nvdec.frames", "nvdec.cpu_fallback_frames", "nvdec.psnr_min_vs_cpu",
