@@ -5,7 +5,7 @@
 # task failed. Rerunning a failed task resumes it (finished shards and clips are kept). Each task encodes its
 # shards' (episode, camera) clips on CPUS cores (--workers), so PARTS x CPUS cores work at once; PARTS may exceed
 # the shard count (the extra tasks only check the source). Tested on a real single-node SLURM 22.05:
-# tests/test_slurm.py (ROBOREEL_SLURM=1 after scripts/ci_slurm.sh).
+# tests/test_slurm.py (ROBOREEL_SLURM=1 after .ci/ci_slurm.sh).
 #
 #   SRC=hf://datasets/org/name OUT=/scratch/compiled/name PARTS=64 bash scripts/slurm_compile.sh
 #
