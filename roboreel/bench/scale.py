@@ -5,7 +5,7 @@ meta kept) whose index is padded with synthetic episodes in shards that do not e
 so a reader with ``shuffle=False`` reads real records for its first batch. Every size is measured in a fresh
 process (``python -m roboreel.bench.scale ROOT``): construct time, pickled size, ``len()``, index memory after the
 plan of one consumer, and the first batch through a DataLoader with workers. Not a timed test:
-``roboreel bench --scale``.
+``roboreel bench scale``.
 """
 
 from __future__ import annotations
