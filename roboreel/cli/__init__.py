@@ -41,12 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"roboreel {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    from roboreel.cli._help import ArgumentParser
+    from roboreel.cli._help import ArgumentParser, describe_verbs
 
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=ArgumentParser)
     sub.required = True
     for verb in _VERBS:
         importlib.import_module(f"roboreel.cli.{verb}").register(sub)
+    describe_verbs(sub)
     return parser
 
 

@@ -1,4 +1,5 @@
-"""Help formatting shared by every verb: each option's help ends with its default.
+"""Help formatting shared by every verb: each option's help ends with its default; a verb without a description
+shows its one-line help as one.
 
 Set once in ``build_parser`` (as the subparsers' parser class), so a verb module cannot forget it; an option whose
 help already says its default (``default`` in the text, e.g. "default: the available cores") is left as written.
@@ -33,8 +34,19 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """Every verb's parser (and a verb's own subcommands'): ``HelpFormatter`` unless one is given."""
+    """Every verb's parser (and a verb's own subcommands'): ``HelpFormatter`` unless one is given, and no
+    abbreviated options (a removed spelling such as ``--g`` must not be taken for ``--gop``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+
+def describe_verbs(sub: argparse._SubParsersAction) -> None:
+    """A verb parser without a description gets its one-line help (what ``roboreel --help`` lists) as one."""
+    summaries = {a.dest: a.help for a in sub._choices_actions}
+    for name, parser in sub.choices.items():
+        if not parser.description and summaries.get(name):
+            text = summaries[name]
+            parser.description = text[0].upper() + text[1:] + "."
