@@ -30,7 +30,8 @@ usual order:
                                         (or roboreel.loader(roboreel.CompiledDataset(OUT), ...) in your own loop)
 
 also: `roboreel inspect OUT` (what is in it), `roboreel doctor OUT` (can this machine decode it, on the GPU?),
-`roboreel bench` (samples/s against LeRobotDataset), `roboreel synth` / `roboreel demo` (try it on generated data).
+`roboreel bench read OUT` (samples/s against LeRobotDataset; other modes: `roboreel bench --help`),
+`roboreel synth` / `roboreel demo` (try it on generated data).
 `roboreel VERB --help` for a verb's options; docs: README.md and docs/ in the repository."""
 
 

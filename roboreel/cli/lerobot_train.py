@@ -28,7 +28,8 @@ INSTALL = ("LeRobot is not installed here ({why}).\nInstall it (LeRobot 0.6 with
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "lerobot-train", add_help=False,
-        help="train with LeRobot's lerobot-train on a compiled dataset (--dataset.root=COMPILED; needs roboreel[lerobot])",
+        help="train with LeRobot's lerobot-train on a compiled dataset (--dataset.root=COMPILED; needs "
+             "roboreel[lerobot])",
         description=DESCRIPTION,
     )
     p.set_defaults(func=run, passthrough=[])  # cli.main hands over everything after the verb untouched

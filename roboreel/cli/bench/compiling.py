@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, metavar="N", default=2, help="alternations per worker count")
     p.add_argument("--unit", choices=["clip", "file"], default="clip",
                    help="ffmpeg CLI: one process per episode x camera (the clips roboreel makes) or per source mp4")
-    p.add_argument("--psnr-stride", type=int, metavar="N", default=1, help="PSNR of every k-th frame vs the source decode (0: none)")
+    p.add_argument("--psnr-stride", type=int, metavar="N", default=1,
+                   help="PSNR of every k-th frame vs the source decode (0: none)")
     options.dataset_options(p, prepare=False)
     options.out_option(p)
     p.set_defaults(func=run)

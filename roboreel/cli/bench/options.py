@@ -17,7 +17,8 @@ DEFAULT_OUT = "bench-out"
 
 
 def out_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default=DEFAULT_OUT, type=Path, metavar="DIR", help="directory for the JSON/CSV/PNG reports")
+    p.add_argument("--out", default=DEFAULT_OUT, type=Path, metavar="DIR",
+                   help="directory for the JSON/CSV/PNG reports")
 
 
 def dataset_options(p: argparse.ArgumentParser, *, prepare: bool) -> None:
@@ -56,7 +57,8 @@ def loader_options(p: argparse.ArgumentParser, *, full: bool) -> None:
                         "new workers every epoch)")
     g.add_argument("--episode-pool-size", type=int, metavar="N", default=None,
                    help="CompiledDataset's episode_pool_size (default: the dataset's own)")
-    g.add_argument("--decode-device", default="cpu", metavar="DEVICE", help="CompiledDataset's decode_device: cpu, cuda or cuda:N")
+    g.add_argument("--decode-device", default="cpu", metavar="DEVICE",
+                   help="CompiledDataset's decode_device: cpu, cuda or cuda:N")
 
 
 def return_uint8_option(p: argparse.ArgumentParser) -> None:
@@ -67,7 +69,8 @@ def return_uint8_option(p: argparse.ArgumentParser) -> None:
 def window_options(p: argparse.ArgumentParser) -> None:
     """What each run times: warm-up, then a steady window of batches (or seconds); runs alternated."""
     g = p.add_argument_group("measurement")
-    g.add_argument("--warmup-batches", type=int, metavar="N", default=3, help="warm-up batches excluded from the steady window")
+    g.add_argument("--warmup-batches", type=int, metavar="N", default=3,
+                   help="warm-up batches excluded from the steady window")
     g.add_argument("--warmup-epochs", type=int, metavar="N", default=0,
                    help="whole epochs each run reads untimed first; the steady window is then in the next epoch "
                         "(the steady state of a long training run; first batch and peak RSS still count them)")

@@ -16,14 +16,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     d = SoakConfig()
     p = sub.add_parser("soak", help="RSS of every process over many epochs (memory growth)", description=DESCRIPTION)
-    p.add_argument("compiled", nargs="?", default=None, metavar="COMPILED", help="compiled dataset (default: PREPARE/compiled)")
+    p.add_argument("compiled", nargs="?", default=None, metavar="COMPILED",
+                   help="compiled dataset (default: PREPARE/compiled)")
     p.add_argument("--epochs", type=int, metavar="N", default=d.epochs, help="epochs to read")
     p.add_argument("--warmup-epochs", type=int, metavar="N", default=d.warmup_epochs,
                    help="epochs before growth is measured")
     p.add_argument("--idle-decoders-mb", type=float, metavar="MB", default=None,
                    help="DecodeOptions.idle_decoders_mb (default: the dataset's own, automatic; 0: off)")
     p.add_argument("--batch-size", type=int, metavar="N", default=d.batch_size, help="samples per batch")
-    p.add_argument("--num-workers", type=int, metavar="N", default=d.num_workers, help="DataLoader workers (persistent)")
+    p.add_argument("--num-workers", type=int, metavar="N", default=d.num_workers,
+                   help="DataLoader workers (persistent)")
     options.dataset_options(p, prepare=True)
     options.out_option(p)
     p.set_defaults(func=run)
