@@ -48,6 +48,6 @@ def run(args: argparse.Namespace) -> int:
     cfg = ScaleConfig(sizes=tuple(int(x) for x in args.sizes.split(",")), batch_size=args.batch_size,
                       num_workers=args.num_workers)
     rows = run_scale(work, real, cfg, args.out)
-    print("\n" + markdown(rows))
+    print("\n" + markdown(rows, num_workers=cfg.num_workers))
     print(f"wrote {args.out}/scale.json, scale.csv, scale.png")
     return 0
