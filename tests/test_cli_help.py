@@ -120,6 +120,7 @@ REMOVED = [
     ["synth", "o", "--video-file-mb", "0.5"],
     ["synth", "o", "--data-file-mb", "0.5"],
     ["doctor", "--device", "cpu"],
+    ["bench", "read", "c", "--decode-device", "gpu"],  # not a device: refused as doctor refuses it
 ]
 
 

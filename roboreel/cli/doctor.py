@@ -6,7 +6,8 @@ import argparse
 import json
 
 
-def _device(text: str) -> str:
+def decode_device(text: str) -> str:
+    """argparse type of ``--decode-device`` (doctor, bench read): cpu, cuda or cuda:N, else a usage error."""
     from roboreel.doctor.env import parse_device
 
     try:
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", nargs="?", default=None, metavar="PATH",
                    help="a compiled roboreel dataset or a LeRobot v3 source, local or fsspec URL (default: none, "
                         "only the environment)")
-    p.add_argument("--decode-device", type=_device, default="cpu", metavar="DEVICE",
+    p.add_argument("--decode-device", type=decode_device, default="cpu", metavar="DEVICE",
                    help="where to decode, as CompiledDataset's decode_device: cpu, cuda or cuda:N (default: cpu)")
     p.add_argument("--json", action="store_true", help="print the facts as JSON instead of text")
     p.add_argument("--strict", action="store_true",

@@ -10,6 +10,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from roboreel.cli.doctor import decode_device
+
 if TYPE_CHECKING:
     from roboreel.bench.runner import RunConfig
 
@@ -57,7 +59,7 @@ def loader_options(p: argparse.ArgumentParser, *, full: bool) -> None:
                         "new workers every epoch)")
     g.add_argument("--episode-pool-size", type=int, metavar="N", default=None,
                    help="CompiledDataset's episode_pool_size (default: the dataset's own)")
-    g.add_argument("--decode-device", default="cpu", metavar="DEVICE",
+    g.add_argument("--decode-device", default="cpu", metavar="DEVICE", type=decode_device,
                    help="CompiledDataset's decode_device: cpu, cuda or cuda:N")
 
 

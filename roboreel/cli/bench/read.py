@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def resolve(args: argparse.Namespace) -> tuple[str, str]:
-    """(compiled, source) of ``bench read`` / ``bench soak``: COMPILED, or the --prepare'd set."""
+    """(compiled, source) to read: COMPILED (its source from --source or its manifest), or the --prepare'd set."""
     from pathlib import Path
 
     from roboreel.bench.suite import DataSpec, prepare
