@@ -74,7 +74,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     (first batch and peak RSS still count them), and the steady window starts in the next epoch. With
     ``cfg.span_epochs`` (the default) a window longer than the rest of that epoch runs on into the next ones,
     ``set_epoch`` each, as a training loop does: on a small dataset epoch starts are part of what training sees
-    (issue 25: workers forked again every epoch cost 40% there), so the window counts them. A training run
+    (workers forked again every epoch cost 40% there), so the window counts them. A training run
     spends nearly all its time past its first seconds, where every reader has its decoders opened, its heap
     faulted in and its buffers allocated; a small benchmark dataset's first epoch is mostly those seconds. Every
     reader gets the same treatment, LeRobotDataset included."""

@@ -1,9 +1,9 @@
 """Compile one source two ways and read both, in one run: what a compile option costs and what it buys.
 
 Two uses (``roboreel bench resize SRC --size HxW`` / ``roboreel bench images SRC``):
-- ``--resize HxW`` (issue 26): full size vs resized at compile; LeRobot reads the source with torchvision's
+- ``--resize HxW``: full size vs resized at compile; LeRobot reads the source with torchvision's
   ``Resize([H, W], antialias=True)`` as its ``image_transforms`` (what users do today); uint8 frames.
-- ``--images clips`` (issue 27): image features kept as the source's encoded images vs compiled as HEVC clips;
+- ``--images clips``: image features kept as the source's encoded images vs compiled as HEVC clips;
   LeRobot reads the source as it is.
 
 1. Compile: each variant (same workers, preset, CRF), alternated ``compile_repeats`` times; wall seconds, output
