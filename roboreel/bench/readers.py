@@ -8,8 +8,8 @@
   on the CPU (what the loader's CPU work is when batches go to a GPU, which transposes them there).
 - ``loader_readme``: ``roboreel.loader(ds, batch_size=..., num_workers=...)`` exactly as the README's training loop
   calls it: every other knob (workers kept across epochs, prefetch, decode threads) at its default.
-- ``loader_refork``: the same with ``persistent_workers=False``: new DataLoader workers every epoch (roboreel.loader's old
-  default), to show what keeping them is worth.
+- ``loader_refork``: the same with ``persistent_workers=False``: new DataLoader workers every epoch
+  (roboreel.loader's old default), to show what keeping them is worth.
 - ``largest`` / ``largest_loader``: ``compiled`` / ``loader`` over the largest member of a mixture alone
   (``compiled`` given as ``a,b,...``), the yardstick of a mixture's throughput (reader/mixture.py).
 - ``reference``: roboreel's map-style reader over the *source* (random sampler, batched ``__getitems__``,
