@@ -1,4 +1,4 @@
-"""`roboreel bench` runs end to end on a tiny dataset and writes its reports; it refuses to report nothing.
+"""`roboreel bench read` / `bench compile` run end to end on a tiny dataset and writes its reports; it refuses to report nothing.
 
 No timing is asserted here: performance lives in docs/benchmarks.md, measured with the commands given there.
 """
@@ -16,8 +16,8 @@ from roboreel.cli import main
 
 def test_bench_writes_reports_local_and_remote(small_source, small_compiled, tmp_path):
     out = tmp_path / "bench"
-    rc = main(["bench", str(small_compiled), "--source", str(small_source), "--readers", "compiled,reference,lerobot",
-               "--modes", "single,sarm", "--batch-size", "4", "--num-workers", "0", "--warmup", "1",
+    rc = main(["bench", "read", str(small_compiled), "--source", str(small_source), "--readers", "compiled,reference,lerobot",
+               "--modes", "single,sarm", "--batch-size", "4", "--num-workers", "0", "--warmup-batches", "1",
                "--batches", "2", "--repeats", "2", "--remote-latency-ms", "2", "--out", str(out)])
     assert rc == 0
     runs = json.loads((out / "runs.json").read_text())
@@ -47,7 +47,7 @@ def test_bench_writes_reports_local_and_remote(small_source, small_compiled, tmp
 
 
 def test_bench_uint8_runs_every_reader_in_uint8(small_source, small_compiled, tmp_path):
-    cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=2, uint8=True)
+    cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=2, return_uint8=True)
     for reader in ("compiled", "reference"):
         res = run_one(reader, "single", compiled=str(small_compiled), source=str(small_source), cfg=cfg)
         assert res["frame_dtype"] == "torch.uint8" and res["samples"] == 8
@@ -55,7 +55,7 @@ def test_bench_uint8_runs_every_reader_in_uint8(small_source, small_compiled, tm
 
 def test_bench_warmup_epochs_measures_the_next_epoch(small_source, small_compiled):
     # A whole epoch is read first, untimed; the window's counters are the measured epoch's alone.
-    cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=3, uint8=True, warmup_epochs=1)
+    cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=3, return_uint8=True, warmup_epochs=1)
     from roboreel.reader import CompiledDataset
 
     frames = len(CompiledDataset(str(small_compiled)))
@@ -66,11 +66,11 @@ def test_bench_warmup_epochs_measures_the_next_epoch(small_source, small_compile
     # Persistent DataLoader workers (the bench's default, as lerobot-train) carry the warm-up into the window.
     for reader in ("compiled", "loader"):
         res = run_one(reader, "single", compiled=str(small_compiled), source=str(small_source),
-                      cfg=RunConfig(batch_size=4, num_workers=1, warmup_batches=1, batches=3, uint8=True,
+                      cfg=RunConfig(batch_size=4, num_workers=1, warmup_batches=1, batches=3, return_uint8=True,
                                     warmup_epochs=1))
         assert res["warmup_samples"] == frames and res["samples"] == 12 and res["persistent_workers"]
     cold = run_one("compiled", "single", compiled=str(small_compiled), source=str(small_source),
-                   cfg=RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=3, uint8=True))
+                   cfg=RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=3, return_uint8=True))
     assert cold["warmup_samples"] == 0
 
 
@@ -83,8 +83,7 @@ def test_bench_fails_loudly_on_zero_samples(small_source, small_compiled):
 
 def test_compile_bench_compares_with_ffmpeg(small_source, tmp_path):
     out = tmp_path / "cb"
-    rc = main(["bench", "--source", str(small_source), "--no-dataloading", "--compile", "--compile-workers", "1",
-               "--out", str(out)])
+    rc = main(["bench", "compile", "--source", str(small_source), "--workers", "1", "--out", str(out)])
     assert rc == 0
     data = json.loads((out / "compile.json").read_text())
     tools = {r["tool"] for r in data["runs"]}
@@ -103,12 +102,12 @@ def test_bench_window_runs_on_across_epochs_on_a_set_smaller_than_it(small_sourc
     frames = len(CompiledDataset(str(small_compiled)))
     batches = frames // 4 + 6  # more than one epoch holds
     for reader in ("loader_readme", "loader_refork", "compiled"):
-        cfg = RunConfig(batch_size=4, num_workers=1, warmup_batches=1, batches=batches, uint8=True)
+        cfg = RunConfig(batch_size=4, num_workers=1, warmup_batches=1, batches=batches, return_uint8=True)
         res = run_one(reader, "single", compiled=str(small_compiled), source=str(small_source), cfg=cfg)
         assert res["steady_epochs"] >= 2 and res["samples"] > frames, reader
         assert res["epoch_start_s"] > 0 and res["frame_dtype"] == "torch.uint8"
     one = run_one("loader_readme", "single", compiled=str(small_compiled), source=str(small_source),
-                  cfg=RunConfig(batch_size=4, num_workers=1, warmup_batches=1, batches=batches, uint8=True,
+                  cfg=RunConfig(batch_size=4, num_workers=1, warmup_batches=1, batches=batches, return_uint8=True,
                                 span_epochs=False))
     assert one["steady_epochs"] == 1 and one["samples"] < frames
 
@@ -118,12 +117,12 @@ def test_bench_chart_and_summary_name_the_data(small_source, small_compiled, tmp
     from roboreel.formats.manifest import load_manifest
 
     out = tmp_path / "bench"
-    assert main(["bench", str(small_compiled), "--source", str(small_source), "--readers", "loader", "--modes",
-                 "single", "--batch-size", "4", "--num-workers", "1", "--warmup", "1", "--batches", "2",
-                 "--uint8", "--no-ceiling", "--no-isolate", "--out", str(out)]) == 0
+    assert main(["bench", "read", str(small_compiled), "--source", str(small_source), "--readers", "loader", "--modes",
+                 "single", "--batch-size", "4", "--num-workers", "1", "--warmup-batches", "1", "--batches", "2",
+                 "--return-uint8", "--no-ceiling", "--no-isolate", "--out", str(out)]) == 0
     cam = load_manifest(str(small_compiled)).cameras[0]
     label = json.loads((out / "summary.json").read_text())["data"]
-    assert label == data_label(str(small_compiled), RunConfig(batch_size=4, num_workers=1, uint8=True))
+    assert label == data_label(str(small_compiled), RunConfig(batch_size=4, num_workers=1, return_uint8=True))
     assert f"{cam.height}x{cam.width}" in label and "uint8, batch 4, 1 worker (persistent)" in label
     assert label in (out / "summary.md").read_text()
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -138,8 +137,8 @@ def test_bench_compares_a_mixture_with_its_largest_member(small_source, small_co
     _, other = compiled_pair(tmp_path_factory, episodes_per_shard=2, episodes=3, seed=5)
     mix = f"{small_compiled},{other}"
     out = tmp_path / "bench"
-    rc = main(["bench", mix, "--weights", "0.6,0.4", "--readers", "loader,largest_loader", "--modes", "single",
-               "--batch-size", "4", "--num-workers", "0", "--warmup", "1", "--batches", "2", "--repeats", "2",
+    rc = main(["bench", "read", mix, "--weights", "0.6,0.4", "--readers", "loader,largest_loader", "--modes", "single",
+               "--batch-size", "4", "--num-workers", "0", "--warmup-batches", "1", "--batches", "2", "--repeats", "2",
                "--no-ceiling", "--no-isolate", "--out", str(out)])
     assert rc == 0
     runs = json.loads((out / "runs.json").read_text())
@@ -147,9 +146,9 @@ def test_bench_compares_a_mixture_with_its_largest_member(small_source, small_co
     assert all(r["samples"] == 8 and r["samples_per_s"] > 0 for r in runs)
     from roboreel.bench.readers import build
 
-    built = build("loader", "single", compiled=mix, source="", pool_size=None, seed=0, weights=(0.6, 0.4))
+    built = build("loader", "single", compiled=mix, source="", episode_pool_size=None, seed=0, weights=(0.6, 0.4))
     assert built.compiled.urls == [str(small_compiled), str(other)] and built.compiled.member_samples()[1] > 0
-    alone = build("largest_loader", "single", compiled=mix, source="", pool_size=None, seed=0).compiled
+    alone = build("largest_loader", "single", compiled=mix, source="", episode_pool_size=None, seed=0).compiled
     assert alone.url == str(small_compiled) and alone.num_frames > built.compiled.members[1].num_frames
     cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=2)
     with pytest.raises(ValueError, match="largest member"):

@@ -15,7 +15,7 @@ def test_soak_records_every_epoch_and_writes_json_and_csv(small_compiled, tmp_pa
     # a child process that was there before the soak (another test's, in one pytest run) is not the soak's worker
     other = subprocess.Popen(["sleep", "60"])
     try:
-        doc = soak(str(small_compiled), SoakConfig(epochs=3, warmup=1, batch_size=4, num_workers=0), tmp_path,
+        doc = soak(str(small_compiled), SoakConfig(epochs=3, warmup_epochs=1, batch_size=4, num_workers=0), tmp_path,
                    progress=False)
     finally:
         other.kill()
@@ -36,7 +36,7 @@ def test_soak_records_every_epoch_and_writes_json_and_csv(small_compiled, tmp_pa
 
 def test_soak_with_kept_decoders_opens_none_after_the_first_epoch(small_compiled, tmp_path):
     try:
-        doc = soak(str(small_compiled), SoakConfig(epochs=3, warmup=1, batch_size=4, num_workers=0,
+        doc = soak(str(small_compiled), SoakConfig(epochs=3, warmup_epochs=1, batch_size=4, num_workers=0,
                                                    idle_decoders_mb=64), tmp_path, progress=False)
     finally:
         process_cache(1).resize(0)  # this process read the epochs: empty its cache for the other tests

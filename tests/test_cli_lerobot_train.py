@@ -1,9 +1,11 @@
 """``roboreel lerobot-train``'s command line: every argument after the verb reaches lerobot-train untouched except
 roboreel's own ``--roboreel.*`` options, which are taken out first (and refused by name when wrong), and without
-LeRobot the command says how to get it and fails. (Training itself: tests/integration/.)"""
+LeRobot the command says how to get it and fails, while ``--help`` lists roboreel's own flags and how to install
+LeRobot. (Training itself: tests/integration/.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -23,10 +25,22 @@ def test_arguments_after_the_verb_are_passed_on_untouched():
 
 @pytest.mark.skipif(lerobot_available()[0], reason="LeRobot is installed here")
 def test_without_lerobot_it_says_how_to_get_it():
-    proc = subprocess.run([sys.executable, "-m", "roboreel.cli", "lerobot-train", "--policy.type=act", "--help"],
+    proc = subprocess.run([sys.executable, "-m", "roboreel.cli", "lerobot-train", "--policy.type=act"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "pip install 'roboreel[lerobot]'" in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.skipif(lerobot_available()[0], reason="LeRobot is installed here")
+def test_help_without_lerobot_lists_roboreels_flags_and_how_to_install():
+    proc = subprocess.run([sys.executable, "-m", "roboreel.cli", "lerobot-train", "--policy.type=act", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for field in dataclasses.fields(LoaderOptions):  # every flag LoaderOptions defines, with its help
+        assert f"--roboreel.{field.name}=" in proc.stdout
+    assert "--roboreel.loader=stage|dataloader\n      stage (roboreel.loader: decode threads" in proc.stdout
+    assert "LeRobot is not installed here" in proc.stdout
+    assert "pip install 'roboreel[lerobot]'" in proc.stdout and "docs/lerobot.md" in proc.stdout
 
 
 def test_roboreel_options_are_taken_out_before_lerobot_parses_the_rest():

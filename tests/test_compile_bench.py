@@ -1,4 +1,4 @@
-"""``roboreel bench --compile``: roboreel and the ffmpeg CLI transcode the same frames, alternated, with PSNR."""
+"""``roboreel bench compile``: roboreel and the ffmpeg CLI transcode the same frames, alternated, with PSNR."""
 
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ def test_same_frames_alternated_with_psnr_per_clip(small_source):
 
 def test_cli_synthesises_its_dataset_and_ffmpeg_per_file(tmp_path):
     out = tmp_path / "cb"
-    args = ["bench", "--compile", "--episodes", "3", "--cameras", "2", "--height", "64", "--width", "96",
-            "--min-length", "10", "--max-length", "14", "--compile-workers", "1", "--compile-repeats", "1",
-            "--compile-unit", "file", "--out", str(out)]
+    args = ["bench", "compile", "--episodes", "3", "--cameras", "2", "--height", "64", "--width", "96",
+            "--min-length", "10", "--max-length", "14", "--workers", "1", "--repeats", "1",
+            "--unit", "file", "--out", str(out)]
     assert main(args) == 0
     data = json.loads((out / "compile.json").read_text())
     src = LeRobotSource(data["source"])

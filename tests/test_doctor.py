@@ -39,7 +39,7 @@ def doctor_json(capsys, *argv: str) -> tuple[int, dict]:
 
 # -- the environment, no PATH ------------------------------------------------------------------------------
 def test_cpu_without_path_decodes_hevc_and_labels_both_ffmpegs(capsys):
-    rc, out = doctor(capsys, "--device", "cpu")
+    rc, out = doctor(capsys, "--decode-device", "cpu")
     assert rc == 0
     assert out.rstrip().splitlines()[-1] == "VERDICT: this environment decodes hevc (roboreel's compiled clips) on cpu"
     system = tc_core.get_ffmpeg_library_versions()["ffmpeg_version"]
@@ -52,7 +52,7 @@ def test_cpu_without_path_decodes_hevc_and_labels_both_ffmpegs(capsys):
 
 @no_cuda
 def test_no_cuda_is_reported_cleanly(capsys):
-    rc, out = doctor(capsys, "--device", "cpu")
+    rc, out = doctor(capsys, "--decode-device", "cpu")
     assert rc == 0 and "  CUDA         no CUDA: torch.cuda.is_available() is False" in out
     for codec in ("hevc", "h264", "av1"):  # every probe decodes on CPU and says why it skipped CUDA
         probe_rows = out.split("  probe: ", 1)[1].splitlines()
@@ -63,7 +63,7 @@ def test_no_cuda_is_reported_cleanly(capsys):
 @no_cuda
 @pytest.mark.parametrize("device", ["cuda", "cuda:1"])
 def test_cuda_without_gpu_fails_naming_the_reason(capsys, device):
-    rc, out = doctor(capsys, "--device", device)
+    rc, out = doctor(capsys, "--decode-device", device)
     assert rc == 1
     verdict = out.rstrip().splitlines()[-1]
     assert verdict.startswith(f"VERDICT: cannot decode on {device}: no CUDA device (torch.cuda.is_available() is False")
@@ -100,7 +100,7 @@ def test_bad_device_is_refused_naming_the_allowed_forms():
             parse_device(bad)
     assert parse_device("cuda:3") == ("cuda", 3) and parse_device("cpu") == ("cpu", None)
     with pytest.raises(SystemExit) as e:
-        main(["doctor", "--device", "gpu"])
+        main(["doctor", "--decode-device", "gpu"])
     assert e.value.code == 2
 
 
@@ -127,7 +127,7 @@ def test_source_av1_decodable_on_cpu(capsys, small_source):
 
 @no_cuda
 def test_source_on_cuda_without_gpu_fails_and_advises_hevc(capsys, small_source):
-    rc, out = doctor(capsys, str(small_source), "--device", "cuda")
+    rc, out = doctor(capsys, str(small_source), "--decode-device", "cuda")
     assert rc == 1
     # 64x64 is under NVDEC's minimum for HEVC too, so compiling would not help: doctor says so
     assert "note: compiling to HEVC would not move it to NVDEC either: 64x64 is below NVDEC's hevc minimum" in out
@@ -343,7 +343,7 @@ def test_nvdec_table_refuses_empty_frames():
 @pytest.mark.needs_cuda
 @needs_cuda
 def test_gpu_probes_agree_with_the_nvdec_table(capsys):
-    rc, d = doctor_json(capsys, "--device", "cuda")
+    rc, d = doctor_json(capsys, "--decode-device", "cuda")
     assert rc == 0, d["verdict"]
     cap = tuple(d["environment"]["cuda"]["capability"])
     for codec, p in d["probes"].items():
@@ -356,10 +356,10 @@ def test_gpu_probes_agree_with_the_nvdec_table(capsys):
 @pytest.mark.needs_cuda
 @needs_cuda
 def test_gpu_small_av1_source_falls_back_and_strict_fails(capsys, small_source):
-    rc, d = doctor_json(capsys, str(small_source), "--device", "cuda")
+    rc, d = doctor_json(capsys, str(small_source), "--decode-device", "cuda")
     assert rc == 0
     assert {c["gpu_status"] for c in d["dataset"]["cameras"]} == {"cpu-fallback"}  # 64x64 < 128x128
-    rc, _ = doctor(capsys, str(small_source), "--device", "cuda", "--strict")
+    rc, _ = doctor(capsys, str(small_source), "--decode-device", "cuda", "--strict")
     assert rc == 1
 
 

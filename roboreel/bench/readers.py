@@ -8,8 +8,8 @@
   on the CPU (what the loader's CPU work is when batches go to a GPU, which transposes them there).
 - ``loader_readme``: ``roboreel.loader(ds, batch_size=..., num_workers=...)`` exactly as the README's training loop
   calls it: every other knob (workers kept across epochs, prefetch, decode threads) at its default.
-- ``loader_refork``: the same with ``persistent_workers=False``: new DataLoader workers every epoch (the default
-  before issue 25), to show what keeping them is worth.
+- ``loader_refork``: the same with ``persistent_workers=False``: new DataLoader workers every epoch
+  (roboreel.loader's old default), to show what keeping them is worth.
 - ``largest`` / ``largest_loader``: ``compiled`` / ``loader`` over the largest member of a mixture alone
   (``compiled`` given as ``a,b,...``), the yardstick of a mixture's throughput (reader/mixture.py).
 - ``reference``: roboreel's map-style reader over the *source* (random sampler, batched ``__getitems__``,
@@ -129,10 +129,10 @@ def largest_member(compiled: str) -> str:
     return max(members, key=lambda p: int(load_manifest(p).index.shard_frames().sum()))
 
 
-def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int | None, seed: int,
-          decode_device: str = "cpu", storage_options: dict | None = None, uint8: bool = False,
+def build(reader: str, mode: str, *, compiled: str, source: str, episode_pool_size: int | None, seed: int,
+          decode_device: str = "cpu", storage_options: dict | None = None, return_uint8: bool = False,
           resize: tuple[int, int] | None = None, weights: Sequence[float] | None = None) -> Built:
-    """Construct one reader's dataset for ``mode`` (``uint8``: camera frames as uint8, for every reader;
+    """Construct one reader's dataset for ``mode`` (``return_uint8``: camera frames as uint8, for every reader;
     ``resize``: the source readers resize frames with torchvision's ``Resize(antialias=True)``). ``compiled``
     may be a mixture ``a,b,...`` (read with ``weights``) for the compiled readers."""
     dts = delta_timestamps(mode)
@@ -153,9 +153,9 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
         from roboreel.reader.options import DecodeOptions, StreamOptions
 
         kwargs: dict[str, Any] = {"delta_timestamps": dts, "seed": seed, "decode": DecodeOptions(device=decode_device),
-                                  "stream": StreamOptions(storage_options=storage_options), "return_uint8": uint8}
-        if pool_size:
-            kwargs["episode_pool_size"] = pool_size
+                                  "stream": StreamOptions(storage_options=storage_options), "return_uint8": return_uint8}
+        if episode_pool_size:
+            kwargs["episode_pool_size"] = episode_pool_size
         if len(members) > 1 or weights is not None:
             kwargs["weights"] = None if weights is None else list(weights)
         ds = CompiledDataset(members if len(members) > 1 else compiled, **kwargs)
@@ -164,7 +164,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
     if reader == "reference":
         from roboreel.bench.reference import ReferenceDataset
 
-        ds = ReferenceDataset(source, delta_timestamps=dts, storage_options=storage_options, return_uint8=uint8,
+        ds = ReferenceDataset(source, delta_timestamps=dts, storage_options=storage_options, return_uint8=return_uint8,
                               image_transforms=transform)
         return Built(TimedMap(ds), map_style=True, stats=getattr(ds, "stats", None),
                      camera_keys=tuple(ds.camera_keys))
@@ -174,7 +174,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, pool_size: int 
             raise RuntimeError(why)
         from lerobot.datasets.lerobot_dataset import LeRobotDataset  # type: ignore[import-not-found]
 
-        ds = LeRobotDataset(repo_id="local/bench", root=source, delta_timestamps=dts, return_uint8=uint8,
+        ds = LeRobotDataset(repo_id="local/bench", root=source, delta_timestamps=dts, return_uint8=return_uint8,
                             image_transforms=transform)
         return Built(TimedMap(ds), map_style=True, camera_keys=tuple(getattr(ds.meta, "video_keys", []) or []))
     raise ValueError(f"reader must be one of {READERS}, got {reader!r}")

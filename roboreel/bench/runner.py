@@ -45,12 +45,13 @@ class RunConfig:
 
     batch_size: int = 32
     num_workers: int = 2
-    prefetch: int = 2
+    prefetch_factor: int = 2  # DataLoader's: batches each worker has ready ahead
+    prefetch_batches: int = 2  # roboreel.loader's: decoded batches kept ready ahead of the loop
     persistent_workers: bool = True  # as lerobot-train (its default): workers live across epochs
-    pool_size: int | None = None
+    episode_pool_size: int | None = None  # CompiledDataset's (None: its default)
     decode_device: str = "cpu"
     device_loader: bool = False  # read the compiled reader through roboreel.loader even on the CPU
-    uint8: bool = False  # camera frames as uint8 (normalise on the GPU): the transport costs 4x less
+    return_uint8: bool = False  # camera frames as uint8 (normalise on the GPU): the transport costs 4x less
     warmup_batches: int = 3
     warmup_epochs: int = 0  # whole epochs read (untimed) before the measured one: the steady state (see run_one)
     batches: int = 40
@@ -73,18 +74,18 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     (first batch and peak RSS still count them), and the steady window starts in the next epoch. With
     ``cfg.span_epochs`` (the default) a window longer than the rest of that epoch runs on into the next ones,
     ``set_epoch`` each, as a training loop does: on a small dataset epoch starts are part of what training sees
-    (issue 25: workers forked again every epoch cost 40% there), so the window counts them. A training run
+    (workers forked again every epoch cost 40% there), so the window counts them. A training run
     spends nearly all its time past its first seconds, where every reader has its decoders opened, its heap
     faulted in and its buffers allocated; a small benchmark dataset's first epoch is mostly those seconds. Every
     reader gets the same treatment, LeRobotDataset included."""
-    built = build(reader, mode, compiled=compiled, source=source, pool_size=cfg.pool_size, seed=cfg.seed + repeat,
-                  decode_device=cfg.decode_device, storage_options=storage_options, uint8=cfg.uint8,
+    built = build(reader, mode, compiled=compiled, source=source, episode_pool_size=cfg.episode_pool_size, seed=cfg.seed + repeat,
+                  decode_device=cfg.decode_device, storage_options=storage_options, return_uint8=cfg.return_uint8,
                   resize=tuple(cfg.resize) if cfg.resize else None, weights=cfg.weights)
     loader_kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "num_workers": cfg.num_workers}
     if cfg.num_workers > 0:
         # Persistent, as lerobot-train runs them: with a warm-up epoch, workers forked again each epoch would
         # inherit (and the tree's RSS count again) whatever the training process has grown since.
-        loader_kwargs.update(prefetch_factor=cfg.prefetch, persistent_workers=cfg.persistent_workers)
+        loader_kwargs.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers)
     if built.map_style:
         gen = torch.Generator().manual_seed(cfg.seed + repeat)
         loader_kwargs["sampler"] = RandomSampler(built.dataset, generator=gen)
@@ -98,7 +99,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     elif staged:
         from roboreel.reader.loader import DeviceLoader
 
-        loader = DeviceLoader(built.compiled, prefetch_batches=cfg.prefetch, decode_threads=cfg.decode_threads,
+        loader = DeviceLoader(built.compiled, prefetch_batches=cfg.prefetch_batches, decode_threads=cfg.decode_threads,
                               channels_last=reader == "loader_cl", **loader_kwargs)
     else:
         loader = DataLoader(built.dataset, **loader_kwargs)
@@ -112,7 +113,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     distinct: list[int] = []
     steady_samples = 0
     first_batch_s = None
-    frame_dtype = None  # what the camera tensors really were (the run's uint8 setting, checked)
+    frame_dtype = None  # what the camera tensors really were (the run's return_uint8 setting, checked)
     t_steady = t_end = None
     cpu_steady = cpu_end = None
     n_batches = 0

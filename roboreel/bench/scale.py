@@ -5,7 +5,7 @@ meta kept) whose index is padded with synthetic episodes in shards that do not e
 so a reader with ``shuffle=False`` reads real records for its first batch. Every size is measured in a fresh
 process (``python -m roboreel.bench.scale ROOT``): construct time, pickled size, ``len()``, index memory after the
 plan of one consumer, and the first batch through a DataLoader with workers. Not a timed test:
-``roboreel bench --scale``.
+``roboreel bench scale``.
 """
 
 from __future__ import annotations
@@ -237,9 +237,10 @@ def _row_text(r: dict[str, Any]) -> str:
             f"validate index {r['validate_index_s']:.1f}s (peak RSS {r['validate_peak_rss_mb']:.0f} MB)")
 
 
-def markdown(rows: list[dict[str, Any]]) -> str:
+def markdown(rows: list[dict[str, Any]], *, num_workers: int = ScaleConfig.num_workers) -> str:
+    workers = f"{num_workers} worker{'s' if num_workers != 1 else ''}"
     lines = ["| episodes | index files | roboreel.json | `CompiledDataset(...)` | pickled | `len()` | plan + first "
-             "shard's entries | index memory (RSS) | first batch (2 workers) | validate index (peak RSS) |",
+             f"shard's entries | index memory (RSS) | first batch ({workers}) | validate index (peak RSS) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['episodes']:,} | {r['index_mb']:.1f} MB | {r['manifest_kb']:.0f} KB | "

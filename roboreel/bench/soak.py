@@ -1,7 +1,7 @@
 """Soak benchmark: many epochs through one DataLoader with persistent workers, RSS of every process per epoch.
 
 Small robot datasets are trained for hundreds of epochs, so memory that creeps per epoch matters more than a
-peak. Not a timed test: run ``roboreel bench --soak 100`` and read the growth after the warm-up epochs.
+peak. Not a timed test: run ``roboreel bench soak COMPILED --epochs 100`` and read the growth after the warm-up epochs.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import psutil
 @dataclass(frozen=True)
 class SoakConfig:
     epochs: int = 100
-    warmup: int = 5
+    warmup_epochs: int = 5  # epochs before growth is measured
     batch_size: int = 16
     num_workers: int = 2
-    uint8: bool = True
+    return_uint8: bool = True
     window_s: float = 1.0  # action window length: delta_timestamps {action: [0 .. window_s]}
     idle_decoders_mb: float | None = None  # DecodeOptions.idle_decoders_mb (None: the default)
 
@@ -95,7 +95,7 @@ def soak(compiled: str, cfg: SoakConfig, out: Path, *, progress: bool = True) ->
     fps = load_manifest(compiled).fps
     steps = max(1, round(cfg.window_s * fps))
     decode = DecodeOptions() if cfg.idle_decoders_mb is None else DecodeOptions(idle_decoders_mb=cfg.idle_decoders_mb)
-    ds = CompiledDataset(compiled, return_uint8=cfg.uint8, decode=decode,
+    ds = CompiledDataset(compiled, return_uint8=cfg.return_uint8, decode=decode,
                          delta_timestamps={"action": [k / fps for k in range(steps)]})
     before = frozenset(c.pid for c in psutil.Process().children(recursive=True))  # not the soak's: left out
     loader = torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
@@ -115,7 +115,7 @@ def soak(compiled: str, cfg: SoakConfig, out: Path, *, progress: bool = True) ->
             print(f"epoch {epoch}: {n} samples, " + ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in rows[-1]["rss"].items()),
                   flush=True)
     doc = {"compiled": compiled, "config": asdict(cfg), "environment": _environment(), "epochs": rows,
-           "growth": growth_after_warmup(rows, cfg.warmup)}
+           "growth": growth_after_warmup(rows, cfg.warmup_epochs)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "soak.json").write_text(json.dumps(doc, indent=1))
     write_csv(rows, out / "soak.csv")

@@ -81,7 +81,7 @@ def data_label(compiled: str, cfg: RunConfig) -> str:
                                                " (persistent)" if cfg.persistent_workers else " (new each epoch)")
     window = "steady window over epochs" if cfg.span_epochs else "steady window in one epoch"
     return (f"{mix}{res}, {cams} camera{'s' if cams != 1 else ''}, {episodes} episodes / {frames:,} frames, "
-            f"{'uint8' if cfg.uint8 else 'float32'}, batch {cfg.batch_size}, {workers}, {window}")
+            f"{'uint8' if cfg.return_uint8 else 'float32'}, batch {cfg.batch_size}, {workers}, {window}")
 
 
 def _ms(v: float | None) -> str:
@@ -129,9 +129,9 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
 
     if ceiling:
         shapes = [(3, c.height, c.width) for c in load_manifest(first).cameras]
-        transport = transport_bound(shapes, uint8=cfg.uint8, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
-                                    prefetch=cfg.prefetch)
-        echo(f"transport bound: {transport:,.0f} samples/s (a DataLoader moving {'uint8' if cfg.uint8 else 'float32'}"
+        transport = transport_bound(shapes, return_uint8=cfg.return_uint8, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
+                                    prefetch_factor=cfg.prefetch_factor)
+        echo(f"transport bound: {transport:,.0f} samples/s (a DataLoader moving {'uint8' if cfg.return_uint8 else 'float32'}"
              f" samples of these shapes with no decode, batch {cfg.batch_size}, {cfg.num_workers} workers)")
     runs: list[dict[str, Any]] = []
     places = [("local", compiled, source)]

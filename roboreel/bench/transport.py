@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader, IterableDataset
 class _Synthetic(IterableDataset):
     """Endless samples shaped like the real ones: each camera frame made the way a reader makes it."""
 
-    def __init__(self, shapes: list[tuple[int, ...]], uint8: bool) -> None:
-        self.shapes, self.uint8 = shapes, uint8
+    def __init__(self, shapes: list[tuple[int, ...]], return_uint8: bool) -> None:
+        self.shapes, self.return_uint8 = shapes, return_uint8
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         frames = [torch.randint(0, 256, s, dtype=torch.uint8) for s in self.shapes]
@@ -26,17 +26,17 @@ class _Synthetic(IterableDataset):
         while True:
             sample: dict[str, torch.Tensor] = {}
             for i, f in enumerate(frames):
-                sample[f"camera{i}"] = f.clone() if self.uint8 else f / 255.0  # a fresh tensor, as a decode makes
+                sample[f"camera{i}"] = f.clone() if self.return_uint8 else f / 255.0  # a fresh tensor, as a decode makes
             sample["index"] = torch.tensor(index)
             index += 1
             yield sample
 
 
-def transport_bound(shapes: list[tuple[int, ...]], *, uint8: bool, batch_size: int, num_workers: int,
-                    prefetch: int = 2, batches: int = 40, warmup: int = 3) -> float:
+def transport_bound(shapes: list[tuple[int, ...]], *, return_uint8: bool, batch_size: int, num_workers: int,
+                    prefetch_factor: int = 2, batches: int = 40, warmup: int = 3) -> float:
     """Samples/s of a DataLoader over synthetic samples with camera tensors of ``shapes`` ([C, H, W] each)."""
-    kwargs = {"prefetch_factor": prefetch} if num_workers else {}
-    loader = DataLoader(_Synthetic(shapes, uint8), batch_size=batch_size, num_workers=num_workers, **kwargs)
+    kwargs = {"prefetch_factor": prefetch_factor} if num_workers else {}
+    loader = DataLoader(_Synthetic(shapes, return_uint8), batch_size=batch_size, num_workers=num_workers, **kwargs)
     it = iter(loader)
     for _ in range(warmup):
         next(it)

@@ -1,9 +1,9 @@
 """Compile one source two ways and read both, in one run: what a compile option costs and what it buys.
 
-Two uses (``roboreel bench --resize-bench HxW`` / ``--images-bench``):
-- ``--resize HxW`` (issue 26): full size vs resized at compile; LeRobot reads the source with torchvision's
+Two uses (``roboreel bench resize SRC --size HxW`` / ``roboreel bench images SRC``):
+- ``--resize HxW``: full size vs resized at compile; LeRobot reads the source with torchvision's
   ``Resize([H, W], antialias=True)`` as its ``image_transforms`` (what users do today); uint8 frames.
-- ``--images clips`` (issue 27): image features kept as the source's encoded images vs compiled as HEVC clips;
+- ``--images clips``: image features kept as the source's encoded images vs compiled as HEVC clips;
   LeRobot reads the source as it is.
 
 1. Compile: each variant (same workers, preset, CRF), alternated ``compile_repeats`` times; wall seconds, output
@@ -83,7 +83,7 @@ def resize_benchmark(source: str, *, size: tuple[int, int], out: Path, cfg: RunC
                      lerobot_python: str | None = None, echo: Any = print) -> dict[str, Any]:
     """Full size vs ``--resize HxW`` (module doc), uint8."""
     settings = settings or CompileSettings()
-    ucfg = replace(cfg, uint8=True)
+    ucfg = replace(cfg, return_uint8=True)
     result = variants_benchmark(
         source, {"full": settings, f"{size[0]}x{size[1]}": settings.replace(resize=size)}, out=out, cfg=ucfg,
         lerobot_cfg=replace(ucfg, resize=size), lerobot_name=f"lerobot + Resize({size[0]}x{size[1]})",

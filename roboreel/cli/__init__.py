@@ -30,7 +30,8 @@ usual order:
                                         (or roboreel.loader(roboreel.CompiledDataset(OUT), ...) in your own loop)
 
 also: `roboreel inspect OUT` (what is in it), `roboreel doctor OUT` (can this machine decode it, on the GPU?),
-`roboreel bench` (samples/s against LeRobotDataset), `roboreel synth` / `roboreel demo` (try it on generated data).
+`roboreel bench read OUT` (samples/s against LeRobotDataset; other modes: `roboreel bench --help`),
+`roboreel synth` / `roboreel demo` (try it on generated data).
 `roboreel VERB --help` for a verb's options; docs: README.md and docs/ in the repository."""
 
 
@@ -41,10 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"roboreel {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    from roboreel.cli._help import ArgumentParser, describe_verbs
+
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=ArgumentParser)
     sub.required = True
     for verb in _VERBS:
         importlib.import_module(f"roboreel.cli.{verb}").register(sub)
+    describe_verbs(sub)
     return parser
 
 

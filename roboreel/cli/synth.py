@@ -4,42 +4,58 @@ from __future__ import annotations
 
 import argparse
 
+DESCRIPTION = """Write a synthetic LeRobot v3.0 dataset laid out and encoded as LeRobot's own writer does (AV1
+yuv420p, gop 2, crf 30, several episodes per video and data file). Every frame carries a pixel code naming its
+episode, frame and camera, and every row its own values, so a reader's output can be checked exactly."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("synth", help="write a synthetic LeRobot v3.0 dataset with self-identifying frames")
-    p.add_argument("out", help="output directory")
-    p.add_argument("--episodes", type=int, default=6)
-    p.add_argument("--min-length", type=int, default=20)
-    p.add_argument("--max-length", type=int, default=40)
-    p.add_argument("--fps", type=int, default=20)
-    p.add_argument("--cameras", type=int, default=2, help="number of cameras")
-    p.add_argument("--height", type=int, default=64)
-    p.add_argument("--width", type=int, default=64)
-    p.add_argument("--tasks", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--codec", default="libsvtav1", choices=["libsvtav1", "libx265", "libx264"])
-    p.add_argument("--crf", type=int, default=30)
-    p.add_argument("--g", type=int, default=2, help="keyframe interval (LeRobot default 2)")
-    p.add_argument("--video-file-mb", type=float, default=0.02, help="roll video files over past this estimated size")
-    p.add_argument("--data-file-mb", type=float, default=0.01, help="roll data files over past this size")
-    p.add_argument("--chunks-size", type=int, default=1000, help="files per chunk directory")
-    p.add_argument("--row-groups", choices=["episode", "file"], default="episode")
+    from roboreel.synth.config import ENCODERS, SynthConfig
+
+    d = SynthConfig()
+    codec = {enc: name for name, enc in ENCODERS.items()}[d.codec]
+    p = sub.add_parser("synth", help="write a synthetic LeRobot v3.0 dataset with self-identifying frames",
+                       description=DESCRIPTION)
+    p.add_argument("out", metavar="OUT", help="output directory")
+    p.add_argument("--episodes", type=int, default=d.episodes, metavar="N", help="episodes")
+    p.add_argument("--min-length", type=int, default=d.min_length, metavar="N",
+                   help="shortest episode (frames); lengths are drawn from [min, max] by --seed")
+    p.add_argument("--max-length", type=int, default=d.max_length, metavar="N", help="longest episode (frames)")
+    p.add_argument("--fps", type=int, default=d.fps, metavar="N", help="frames per second")
+    p.add_argument("--cameras", type=int, default=len(d.cameras), metavar="N",
+                   help="cameras (observation.images.top, .wrist, .side, then .cam3, ...)")
+    p.add_argument("--height", type=int, default=d.height, metavar="N", help="frame height")
+    p.add_argument("--width", type=int, default=d.width, metavar="N", help="frame width")
+    p.add_argument("--tasks", type=int, default=d.tasks, metavar="N", help="distinct task strings")
+    p.add_argument("--seed", type=int, default=d.seed, metavar="N", help="seed of the lengths, tasks and values")
+    p.add_argument("--codec", default=codec, choices=list(ENCODERS),
+                   help="video codec (encoders: " + ", ".join(f"{c} {e}" for c, e in ENCODERS.items()) + ")")
+    p.add_argument("--crf", type=int, default=d.crf, metavar="N", help="the encoder's CRF")
+    p.add_argument("--gop", type=int, default=d.g, metavar="N", help="keyframe interval in frames (LeRobot's g)")
+    p.add_argument("--video-files-size-in-mb", type=float, default=d.video_files_size_in_mb, metavar="MB",
+                   help="start a new video file past this estimated size (LeRobot's video_files_size_in_mb)")
+    p.add_argument("--data-files-size-in-mb", type=float, default=d.data_files_size_in_mb, metavar="MB",
+                   help="start a new data file past this size (LeRobot's data_files_size_in_mb)")
+    p.add_argument("--chunks-size", type=int, default=d.chunks_size, metavar="N", help="files per chunk directory")
+    p.add_argument("--row-groups", choices=["episode", "file"], default=d.row_groups,
+                   help="parquet row groups: one per episode (LeRobot's writer today) or one per file (older "
+                        "writers)")
     p.add_argument("--images", action="store_true",
                    help="cameras as image features, PNGs in the data parquet (LeRobot's use_videos=False)")
     p.add_argument("--language", action="store_true",
                    help="add a string feature and LeRobot's language_persistent / language_events columns")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset in OUT")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from roboreel.synth import SynthConfig, camera_names, synthesize
+    from roboreel.synth import ENCODERS, SynthConfig, camera_names, synthesize
 
     cfg = SynthConfig(
         episodes=args.episodes, min_length=args.min_length, max_length=args.max_length, fps=args.fps,
         cameras=camera_names(args.cameras), height=args.height, width=args.width, tasks=args.tasks, seed=args.seed,
-        codec=args.codec, crf=args.crf, g=args.g, video_files_size_in_mb=args.video_file_mb,
-        data_files_size_in_mb=args.data_file_mb, chunks_size=args.chunks_size, row_groups=args.row_groups,
+        codec=ENCODERS[args.codec], crf=args.crf, g=args.gop, video_files_size_in_mb=args.video_files_size_in_mb,
+        data_files_size_in_mb=args.data_files_size_in_mb, chunks_size=args.chunks_size, row_groups=args.row_groups,
         use_videos=not args.images, language=args.language,
     )
     s = synthesize(args.out, cfg, overwrite=args.overwrite, progress=True)

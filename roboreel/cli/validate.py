@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Check a LeRobot v3 dataset or a compiled roboreel dataset and report every violation with its "
         "file, row group and episode. Exit status: 0 clean (warnings allowed), 1 violations, 2 unreadable input.",
     )
-    p.add_argument("path", help="dataset root: local path or fsspec URL")
+    p.add_argument("path", metavar="PATH", help="dataset root: local path or fsspec URL")
     p.add_argument("--world-size", type=int, default=1, metavar="N", help="training ranks the shards must split over")
     p.add_argument("--num-workers", type=int, default=1, metavar="W", help="DataLoader workers per rank")
     p.add_argument("--json", action="store_true", help="print a JSON report instead of text")

@@ -1,7 +1,7 @@
 """Synthetic LeRobot v3 datasets whose frames and rows identify themselves (demos, tests, benchmarks)."""
 
 from roboreel.synth.codes import FrameCode, read
-from roboreel.synth.config import SynthConfig
+from roboreel.synth.config import ENCODERS, SynthConfig
 from roboreel.synth.generate import SynthSummary, synthesize
 
 
@@ -11,4 +11,4 @@ def camera_names(n: int) -> tuple[str, ...]:
     return tuple(base[i] if i < len(base) else f"observation.images.cam{i}" for i in range(n))
 
 
-__all__ = ["FrameCode", "SynthConfig", "SynthSummary", "camera_names", "read", "synthesize"]
+__all__ = ["ENCODERS", "FrameCode", "SynthConfig", "SynthSummary", "camera_names", "read", "synthesize"]

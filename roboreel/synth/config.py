@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_CAMERAS = ("observation.images.top", "observation.images.wrist")
+# The encoder that writes each codec (``roboreel synth --codec`` names the codec, as ``roboreel compile`` does).
+ENCODERS = {"av1": "libsvtav1", "hevc": "libx265", "h264": "libx264"}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3_layout as v3
-from roboreel.synth.config import SynthConfig
+from roboreel.synth.config import ENCODERS, SynthConfig
 from roboreel.synth.content import action_row, render_frame, state_row
 from roboreel.synth.depth import depth_feature, depth_stats, quantize, render_depth
 from roboreel.synth.tables import LANGUAGE_FEATURES, STRING_KEY, hf_metadata, image_column, language_columns
@@ -59,7 +59,7 @@ def _features(cfg: SynthConfig) -> dict:
             "info": {
                 "video.height": cfg.height,
                 "video.width": cfg.width,
-                "video.codec": {"libsvtav1": "av1", "libx265": "hevc", "libx264": "h264"}.get(cfg.codec, cfg.codec),
+                "video.codec": {enc: codec for codec, enc in ENCODERS.items()}.get(cfg.codec, cfg.codec),
                 "video.pix_fmt": cfg.pix_fmt,
                 "video.is_depth_map": False,
                 "video.fps": cfg.fps,

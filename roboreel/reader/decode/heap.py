@@ -4,7 +4,7 @@ Each pooled episode brings clip bytes, parquet buffers and decoded frames: alloc
 several MB, made and freed all epoch long. glibc serves a request above ``M_MMAP_THRESHOLD`` (128 KiB at start)
 with its own mmap and returns it to the system on free, but it *raises* the threshold to the size of every such
 block freed (up to 32 MiB), so soon those buffers come from the heap arenas instead, where blocks of ever-changing
-sizes fragment them and RSS creeps up epoch after epoch. Measured with ``roboreel bench --soak``: each DataLoader
+sizes fragment them and RSS creeps up epoch after epoch. Measured with ``roboreel bench soak``: each DataLoader
 worker grew ~13 MB per epoch (491 -> 713 MB over 16 epochs); with the threshold pinned it stays flat
 (docs/reliability.md). Setting the threshold with ``mallopt`` turns that dynamic adjustment off, as
 ``MALLOC_MMAP_THRESHOLD_`` would (glibc's mallopt(3)).

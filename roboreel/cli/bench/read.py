@@ -1,0 +1,82 @@
+"""``roboreel bench read``: samples/s of the compiled readers against LeRobotDataset and the reference reader."""
+
+from __future__ import annotations
+
+import argparse
+
+from roboreel.cli.bench import options
+
+DESCRIPTION = """Dataloading benchmark: the readers (--readers) read the same compiled dataset (or its source), in
+each mode (--modes: single = one frame per camera and an action window, sarm = several frames per camera),
+alternated A B A B; each run in a fresh process of its own. Reports samples/s, first batch, latency percentiles,
+peak RSS and CPU per sample, and the decode ceiling, to --out (runs.json/csv, summary, chart)."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("read", help="dataloading: compiled readers vs LeRobotDataset (samples/s, latency, memory)",
+                       description=DESCRIPTION)
+    p.add_argument("compiled", nargs="?", default=None, metavar="COMPILED",
+                   help="compiled dataset, or a mixture a,b,... (compare it with its largest member: --readers "
+                        "loader,largest_loader) (default: PREPARE/compiled)")
+    p.add_argument("--source", default=None, metavar="SRC",
+                   help="its source dataset, read by the reference and lerobot readers (default: the manifest's "
+                        "source url)")
+    p.add_argument("--weights", default=None, metavar="W1,W2,...",
+                   help="a mixture's draw probabilities, one per dataset (default: every frame of each once)")
+    p.add_argument("--modes", default="single,sarm", help="sample shapes to read, comma-separated: single, sarm")
+    p.add_argument("--readers", default="compiled,loader,reference,lerobot",
+                   help="compiled = DataLoader(CompiledDataset), loader = roboreel.loader (decode threads in the main "
+                        "process), loader_cl = the same with channels_last=True, largest / largest_loader = compiled "
+                        "/ loader over a mixture's largest member alone, reference, lerobot = LeRobotDataset")
+    options.lerobot_python_option(p)
+    p.add_argument("--no-isolate", action="store_true",
+                   help="run every reader in this process (default: each run in a fresh process of its own, so peak "
+                        "RSS and CPU time are that reader's alone)")
+    p.add_argument("--remote-latency-ms", type=float, metavar="MS", default=None,
+                   help="also read over HTTP from 127.0.0.1 with this fixed latency per request (default: none, "
+                        "local only)")
+    p.add_argument("--no-ceiling", action="store_true", help="skip the decode-ceiling measurement")
+    options.loader_options(p, full=True)
+    options.return_uint8_option(p)
+    options.window_options(p)
+    p.add_argument("--one-epoch", action="store_true",
+                   help="end the steady window at its epoch's end (default: run on into the next epochs, set_epoch "
+                        "each, until --batches/--seconds: on a set smaller than the window that is what training "
+                        "sees, epoch starts included)")
+    options.dataset_options(p, prepare=True)
+    options.out_option(p)
+    p.set_defaults(func=run)
+
+
+def resolve(args: argparse.Namespace) -> tuple[str, str]:
+    """(compiled, source) to read: COMPILED (its source from --source or its manifest), or the --prepare'd set."""
+    from pathlib import Path
+
+    from roboreel.bench.suite import DataSpec, prepare
+    from roboreel.formats.manifest import load_manifest
+
+    if args.prepare:
+        spec = DataSpec(episodes=args.episodes, height=args.height, width=args.width, min_length=args.min_length,
+                        max_length=args.max_length, cameras=args.cameras, fps=args.fps)
+        src, comp = prepare(Path(args.prepare), spec)
+        return args.compiled or str(comp), args.source or str(src)
+    if not args.compiled:
+        raise ValueError("give a compiled dataset COMPILED or --prepare DIR")
+    if "," in args.compiled:  # a mixture: only the compiled readers read it
+        return args.compiled, args.source or ""
+    source = args.source or load_manifest(args.compiled).source.get("url")
+    if not source:
+        raise ValueError(f"{args.compiled}: no --source given and its manifest names no source url")
+    return args.compiled, source
+
+
+def run(args: argparse.Namespace) -> int:
+    from roboreel.bench.suite import run_suite
+
+    compiled, source = resolve(args)
+    weights = tuple(float(w) for w in args.weights.split(",")) if args.weights else None
+    cfg = options.run_config(args, span_epochs=not args.one_epoch, weights=weights)
+    run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
+              cfg=cfg, repeats=args.repeats, out=args.out, remote_latency_ms=args.remote_latency_ms,
+              ceiling=not args.no_ceiling, lerobot_python=args.lerobot_python, isolate=not args.no_isolate)
+    return 0
