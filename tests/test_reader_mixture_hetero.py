@@ -8,6 +8,7 @@ made alike fails with a message naming the member."""
 from __future__ import annotations
 
 import collections
+import json
 
 import numpy as np
 import pytest
@@ -221,3 +222,21 @@ def test_normalize_with_each_members_own_stats(pair):
     assert seen == {0, 1}
     with pytest.raises(ValueError, match="not a numeric feature"):
         _mix(pair, normalize={TOP: "mean_std"})
+
+
+def test_inspect_shows_canonical_features_and_each_members_map(pair, tmp_path, capsys):
+    from roboreel.cli import main
+
+    spec = tmp_path / "mix.yaml"
+    spec.write_text(f"remap:\n  - null\n  - {{{FRONT}: {TOP}}}\npad: max\n")
+    assert main(["inspect", ",".join(pair), "--remap", str(spec), "--weights", "frames", "--json"]) == 0
+    mix = json.loads(capsys.readouterr().out)["mixture"]
+    assert mix["canonical"][STATE] == {"dtype": "float32", "shape": [6]}
+    a, b = mix["maps"]
+    assert a["renamed"] == {} and a["padded"] == {} and a["missing"] == [] and a["fps"] == 20
+    assert b["renamed"] == {FRONT: TOP} and b["padded"] == {STATE: [4, 6], "action": [3, 6]}
+    assert b["missing"] == [WRIST] and b["fps"] == 10
+    assert main(["inspect", ",".join(pair), "--remap", str(spec)]) == 0
+    text = capsys.readouterr().out
+    assert f"    {FRONT} -> {TOP}\n" in text and f"    {WRIST}: missing (zeros, {WRIST}_is_missing)\n" in text
+    assert "    observation.state: 4 -> 6 (zero-padded, observation.state_dim_is_pad)\n" in text

@@ -154,17 +154,6 @@ class MixtureDataset(EpochState, IterableDataset):
         for url, dropped in canon.dropped.items():
             logger.warning("%s: features %s are not in every dataset of the mixture and are left out of its "
                            "samples", url, dropped)
-        if delta_timestamps is not None or delta_indices is not None:  # each member on its own frame grid
-            windows, seconds, self.window_lengths = member_windows(
-                canon, self.member_fps, delta_timestamps=delta_timestamps, delta_indices=delta_indices,
-                tolerance_s=self.tolerance_s)
-            for m, w, sec in zip(self.members, windows, seconds, strict=True):
-                m._set_windows(w, sec)
-        else:  # members made with their windows (MixtureDataset(members)): the first one's, by canonical key
-            self.window_lengths = {canon.members[0].rename[k]: len(o) for k, o in m0.windows.items()}
-        self.delta_timestamps = dict(delta_timestamps) if delta_timestamps is not None else (
-            m0.delta_timestamps if delta_indices is None else None)
-        self.delta_indices = None if delta_indices is None else {k: list(v) for k, v in delta_indices.items()}
         self.features = list(canon.features)
         self.camera_keys = list(canon.cameras)
         self.image_clips = ImageClips.of(canon.features, self.camera_keys)
@@ -192,12 +181,8 @@ class MixtureDataset(EpochState, IterableDataset):
         # what roboreel.loader reads of it (camera sizes, codecs), under the canonical keys
         self.manifest = m0.manifest if canon.identity else CanonicalManifest(
             m0.manifest, canonical_specs(canon, [m.manifest for m in self.members]))
-        self.keep_frames: dict[str, int] = {}
-        for m, cm in held:
-            for k, n in m.keep_frames.items():
-                c = cm.rename[k]
-                self.keep_frames[c] = max(n, self.keep_frames.get(c, 0))
-        self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(_needed, [m.idle_policy for m in self.members]))
+        self._samples: list[MemberSamples] | None = None  # made where samples are (workers), from the meta's stats
+        self.set_windows(delta_timestamps=delta_timestamps, delta_indices=delta_indices)
         self.task_names, self.task_remaps = merge_tasks([m.manifest.tasks for m in self.members])
         self.normalize = check_modes(opts.normalize, [k for k in self.tabular_keys
                                                       if canon.features[k].get("dtype") not in _NOT_NUMERIC])
@@ -215,10 +200,35 @@ class MixtureDataset(EpochState, IterableDataset):
         if empty:
             raise ValueError(f"{empty} select no frames but the weights draw from them")
         self._meta: MixtureMeta | None = None
-        self._samples: list[MemberSamples] | None = None  # made where samples are (workers), from the meta's stats
         self._stream_id = self._stream_fingerprint()
         self._counters = SharedCounters()
         self._init_epochs()  # epoch, resume point, the board persistent workers read (epochs.py)
+
+    def set_windows(self, *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+                    delta_indices: Mapping[str, Sequence[int]] | None = None) -> None:
+        """Windows by canonical key, set on each member's own frame grid (mixture_windows.py): ``delta_indices`` in
+        frames, or ``delta_timestamps`` in seconds (on every member's grid). Both None: the members' own windows
+        (a mixture made of members built with theirs). lerobot-train's integration sets a policy's
+        ``*_delta_indices`` here once the canonical features are known."""
+        canon, m0 = self.canon, self.members[0]
+        if delta_timestamps is not None or delta_indices is not None:  # each member on its own frame grid
+            windows, seconds, self.window_lengths = member_windows(
+                canon, self.member_fps, delta_timestamps=delta_timestamps, delta_indices=delta_indices,
+                tolerance_s=self.tolerance_s)
+            for m, w, sec in zip(self.members, windows, seconds, strict=True):
+                m._set_windows(w, sec)
+        else:  # members made with their windows (MixtureDataset(members)): the first one's, by canonical key
+            self.window_lengths = {canon.members[0].rename[k]: len(o) for k, o in m0.windows.items()}
+        self.delta_timestamps = dict(delta_timestamps) if delta_timestamps is not None else (
+            m0.delta_timestamps if delta_indices is None else None)
+        self.delta_indices = None if delta_indices is None else {k: list(v) for k, v in delta_indices.items()}
+        self.keep_frames: dict[str, int] = {}
+        for m, cm in zip(self.members, canon.members, strict=True):
+            for k, n in m.keep_frames.items():
+                c = cm.rename[k]
+                self.keep_frames[c] = max(n, self.keep_frames.get(c, 0))
+        self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(_needed, [m.idle_policy for m in self.members]))
+        self._samples = None
 
     def __repr__(self) -> str:
         w = "None" if self.plan.weights is None else list(self.plan.weights)
