@@ -105,6 +105,22 @@ def with_cameras_first(samples: Iterator[dict[str, Any]], cameras: Sequence[str]
             close()
 
 
+def member_samples(ds: Any, i: int) -> MemberSamples:
+    """Member ``i``'s ``MemberSamples`` for mixture ``ds`` (a ``MixtureDataset``: its canonical features, windows,
+    output dtype and, with ``normalize``, member ``i``'s stats from its meta)."""
+    cm = ds.canon.members[i]
+    specs = {s.key: s for s in ds.manifest.cameras}
+    zeros = {}
+    for c in cm.missing:
+        shape = frame_shape(ds.canon.features[c], specs[c])
+        t = ds.window_lengths.get(c, 1)
+        uint8 = ds.return_uint8 and c not in ds.depth and c not in ds.image_clips
+        zeros[c] = ((t, *shape) if t > 1 else shape, np.dtype(np.uint8 if uint8 else np.float32))
+    order = [*ds.tabular_keys, *(f"{k}_is_pad" for k in ds.window_lengths), "task"]
+    norm = Normalizer(ds.normalize, ds.meta.member_stats(i), cm.url) if ds.normalize else None
+    return MemberSamples(ds.canon, i, order=order, zeros=zeros, normalizer=norm)
+
+
 class CanonicalManifest:
     """A member's manifest seen with the canonical camera specs (what ``roboreel.loader`` sizes batches by);
     everything else is the first member's."""

@@ -9,7 +9,9 @@ emit whole batches, and ``state_dict`` is the same handful of scalars (a resumed
 pool, as many picks as the draws before its position name that member).
 
 Every sample carries ``dataset_index`` (int64, the member's position) and the merged ``task_index``
-(``meta.tasks``); only the features every member has are kept (the others are named in a warning).
+(``meta.tasks``). Members with other keys, sizes, cameras or fps are made canonical (``remap``, ``pad``,
+``delta_indices``: reader/canonical.py, canonical_samples.py, mixture_windows.py; docs/mixtures.md); a non-camera
+feature some member lacks is left out (named in a warning).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from roboreel.reader.canonical_samples import (
     CanonicalManifest,
     MemberSamples,
     canonical_specs,
-    frame_shape,
+    member_samples,
     with_cameras_first,
 )
 from roboreel.reader.consumer import MemberStream, Position, run_members
@@ -44,7 +46,7 @@ from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.epochs import EpochState
 from roboreel.reader.mixture_meta import MixtureMeta
 from roboreel.reader.mixture_windows import member_windows
-from roboreel.reader.normalize import Normalizer, check_modes
+from roboreel.reader.normalize import check_modes
 from roboreel.reader.plan.epoch import (
     World,
     detect_rank,
@@ -218,7 +220,8 @@ class MixtureDataset(EpochState, IterableDataset):
             for m, w, sec in zip(self.members, windows, seconds, strict=True):
                 m._set_windows(w, sec)
         else:  # members made with their windows (MixtureDataset(members)): the first one's, by canonical key
-            self.window_lengths = {canon.members[0].rename[k]: len(o) for k, o in m0.windows.items()}
+            rename = canon.members[0].rename
+            self.window_lengths = {rename[k]: len(o) for k, o in m0.windows.items() if k in rename}
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps is not None else (
             m0.delta_timestamps if delta_indices is None else None)
         self.delta_indices = None if delta_indices is None else {k: list(v) for k, v in delta_indices.items()}
@@ -297,26 +300,9 @@ class MixtureDataset(EpochState, IterableDataset):
     def member_samples_maker(self, k: int) -> MemberSamples | None:
         """What makes member ``k``'s samples canonical (None: nothing to do), made once per process."""
         if self._samples is None:
-            if self.canon.identity and not self.normalize:
-                self._samples = []
-            else:
-                self._samples = [self._maker(i) for i in range(len(self.members))]
+            self._samples = ([] if self.canon.identity and not self.normalize else
+                             [member_samples(self, i) for i in range(len(self.members))])
         return self._samples[k] if self._samples else None
-
-    def _maker(self, i: int) -> MemberSamples:
-        cm = self.canon.members[i]
-        specs = {s.key: s for s in self.manifest.cameras}
-        zeros = {}
-        for c in cm.missing:
-            shape = frame_shape(self.canon.features[c], specs[c])
-            t = self.window_lengths.get(c, 1)
-            uint8 = self.return_uint8 and c not in self.depth and c not in self.image_clips
-            zeros[c] = ((t, *shape) if t > 1 else shape, np.dtype(np.uint8 if uint8 else np.float32))
-        order = [*self.tabular_keys, *(f"{k}_is_pad" for k in self.window_lengths), "task"]
-        norm = None
-        if self.normalize:
-            norm = Normalizer(self.normalize, self.meta.member_stats(i), cm.url)
-        return MemberSamples(self.canon, i, order=order, zeros=zeros, normalizer=norm)
 
     def _iterate(self, *, deferred: bool) -> Iterator[Any]:
         isolate_inherited_heap()
