@@ -4,31 +4,25 @@ Applied to each *pending* sample as the mixture draws it (before decode), so the
 ``iter(dataset)`` decodes the renamed requests, and ``roboreel.loader`` ships them. A camera's clip is renamed too
 (``Clip.camera``, shared by every request of its episode): decoders, the frames kept of a window, depth and the
 loader's camera specs then all speak canonical keys. Values a member has are passed through untouched except
-for the zero-padding at the end of a 1-D feature (and the normalisation, when asked for).
+for the zero-padding at the end of a 1-D feature (and the normalisation, when asked for). A missing camera is a
+request for the black frame of a blank clip (blank.py), so it decodes to zeros on either path.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from roboreel.formats.manifest import CameraSpec, Manifest
+from roboreel.reader.blank import blank_request
 from roboreel.reader.canonical import Canonical
-from roboreel.reader.decode.requests import PendingSample
+from roboreel.reader.decode.requests import Clip, PendingSample
 from roboreel.reader.normalize import Normalizer
 
 _PAD = "_is_pad"
-
-
-def frame_shape(feature: Mapping[str, Any], spec: CameraSpec) -> tuple[int, int, int]:
-    """``[C, H, W]`` of a camera's decoded frame (LeRobot's feature shape is ``[H, W, C]``, its names say so)."""
-    shape, names = list(feature.get("shape") or []), feature.get("names")
-    channels = shape[0] if isinstance(names, list) and names and str(names[0]).startswith("channel") else shape[-1]
-    return int(channels), spec.height, spec.width
 
 
 class MemberSamples:
@@ -38,18 +32,21 @@ class MemberSamples:
         canon: the mixture's canonical features.
         index: the member's position.
         order: canonical value keys in sample order (features, then ``*_is_pad`` in window order, then ``task``).
-        zeros: per canonical camera this member lacks, the shape and dtype of its zero frame(s).
+        blanks: per canonical camera this member lacks, the blank clip it reads (blank.py).
+        windows: canonical key -> window length (a missing camera's window is its blank frame repeated).
         normalizer: the member's own normalisation, or None.
     """
 
     def __init__(self, canon: Canonical, index: int, *, order: Sequence[str],
-                 zeros: Mapping[str, tuple[tuple[int, ...], np.dtype]], normalizer: Normalizer | None) -> None:
+                 blanks: Mapping[str, Clip], windows: Mapping[str, int], normalizer: Normalizer | None) -> None:
         m = canon.members[index]
         self.rename = dict(m.rename)
         self.rename.update({f"{k}{_PAD}": f"{v}{_PAD}" for k, v in m.rename.items()})
         self.sizes = canon.sizes
         self.order = list(order)
-        self.zeros = dict(zeros)
+        self.blanks = dict(blanks)
+        self.windows = dict(windows)
+        self.cameras = canon.cameras
         self.normalizer = normalizer
         self.dim_masks = {k: np.arange(n) >= m.pad.get(k, n) for k, n in canon.sizes.items()}
         self.missing = {c: np.array(c in m.missing) for c in canon.missing_cameras}
@@ -65,60 +62,35 @@ class MemberSamples:
             if size is not None and v.shape[-1] < size:
                 v = np.concatenate([v, np.zeros((*v.shape[:-1], size - v.shape[-1]), dtype=v.dtype)], axis=-1)
             values[k] = v
-        for cam, (shape, dtype) in self.zeros.items():
-            values[cam] = np.zeros(shape, dtype=dtype)
-            if len(shape) == 4 or f"{cam}{_PAD}" in self.order:
-                values[f"{cam}{_PAD}"] = np.ones(shape[0] if len(shape) == 4 else 1, dtype=bool)
+        for cam in self.blanks:
+            if cam in self.windows:
+                values[f"{cam}{_PAD}"] = np.ones(self.windows[cam], dtype=bool)  # no real frame in the window
         out = {k: values.pop(k) for k in self.order if k in values}
         out.update(values)
         out.update((f"{k}_dim_is_pad", mask.copy()) for k, mask in self.dim_masks.items())
         out.update((f"{c}_is_missing", flag.copy()) for c, flag in self.missing.items())
         p.values = out
-        if p.video:
+        if p.video or self.blanks:
             video = {}
             for cam, req in p.video.items():
                 req.clip.camera = self.rename[cam]  # the same Clip object for every sample of the episode
                 video[self.rename[cam]] = req
-            p.video = video
+            for cam, clip in self.blanks.items():
+                video[cam] = blank_request(clip, self.windows.get(cam))
+            p.video = {c: video[c] for c in self.cameras}  # canonical order: cameras lead a sample
         if p.images:
             p.images = {self.rename.get(k, k): v for k, v in p.images.items()}
         return p
-
-
-def with_cameras_first(samples: Iterator[dict[str, Any]], cameras: Sequence[str], filled: Sequence[str],
-                       image_transforms: Any) -> Iterator[dict[str, Any]]:
-    """Decoded samples with the canonical cameras first, in canonical order (a filled-in zero frame rode among
-    the values), ``image_transforms`` applied to the filled ones (so a resizing transform keeps shapes alike)."""
-    try:
-        for s in samples:
-            out = {}
-            for c in cameras:
-                x = s[c]
-                if c in filled and image_transforms is not None and bool(s[f"{c}_is_missing"]):
-                    x = torch.stack([image_transforms(f) for f in x]) if x.ndim == 4 else image_transforms(x)
-                out[c] = x
-            out.update((k, v) for k, v in s.items() if k not in out)
-            yield out
-    finally:
-        close = getattr(samples, "close", None)
-        if close is not None:
-            close()
 
 
 def member_samples(ds: Any, i: int) -> MemberSamples:
     """Member ``i``'s ``MemberSamples`` for mixture ``ds`` (a ``MixtureDataset``: its canonical features, windows,
     output dtype and, with ``normalize``, member ``i``'s stats from its meta)."""
     cm = ds.canon.members[i]
-    specs = {s.key: s for s in ds.manifest.cameras}
-    zeros = {}
-    for c in cm.missing:
-        shape = frame_shape(ds.canon.features[c], specs[c])
-        t = ds.window_lengths.get(c, 1)
-        uint8 = ds.return_uint8 and c not in ds.depth and c not in ds.image_clips
-        zeros[c] = ((t, *shape) if t > 1 else shape, np.dtype(np.uint8 if uint8 else np.float32))
+    blanks = {c: ds.blank_clips[c] for c in cm.missing}
     order = [*ds.tabular_keys, *(f"{k}_is_pad" for k in ds.window_lengths), "task"]
     norm = Normalizer(ds.normalize, ds.meta.member_stats(i), cm.url) if ds.normalize else None
-    return MemberSamples(ds.canon, i, order=order, zeros=zeros, normalizer=norm)
+    return MemberSamples(ds.canon, i, order=order, blanks=blanks, windows=ds.window_lengths, normalizer=norm)
 
 
 class CanonicalManifest:

@@ -29,13 +29,13 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from roboreel.formats.merge import MixtureMismatch, merge_tasks
+from roboreel.reader.blank import blank_clip
 from roboreel.reader.canonical import canonical as canonical_features
 from roboreel.reader.canonical_samples import (
     CanonicalManifest,
     MemberSamples,
     canonical_specs,
     member_samples,
-    with_cameras_first,
 )
 from roboreel.reader.consumer import MemberStream, Position, run_members
 from roboreel.reader.decode.forksafe import isolate_inherited_heap
@@ -171,6 +171,10 @@ class MixtureDataset(EpochState, IterableDataset):
             q = next(iter(quants.values()))
             if q is not None:
                 self.depth[k] = q
+                if k in canon.missing_cameras:
+                    raise MixtureMismatch(f"depth camera {k!r} is missing from some datasets of the mixture "
+                                          f"{self.urls}: a missing camera reads black RGB frames; drop it (remap "
+                                          "to None) or map a depth camera of every dataset onto it")
         # image features decode per sample from each member's own rows (MemberStream keeps the ones it maps)
         self.image_keys = {cm.rename[k]: v for m, cm in reversed(held) for k, v in m.image_keys.items()
                            if k in cm.rename}
@@ -185,6 +189,9 @@ class MixtureDataset(EpochState, IterableDataset):
             m0.manifest, canonical_specs(canon, [m.manifest for m in self.members]))
         self._samples: list[MemberSamples] | None = None  # made where samples are (workers), from the meta's stats
         self.set_windows(delta_timestamps=delta_timestamps, delta_indices=delta_indices)
+        # a camera some member lacks reads a blank clip's black frame there (blank.py), encoded once, here
+        specs = {c.key: c for c in self.manifest.cameras}
+        self.blank_clips = {c: blank_clip(c, specs[c].height, specs[c].width) for c in canon.missing_cameras}
         self.task_names, self.task_remaps = merge_tasks([m.manifest.tasks for m in self.members])
         self.normalize = check_modes(opts.normalize, [k for k in self.tabular_keys
                                                       if canon.features[k].get("dtype") not in _NOT_NUMERIC])
@@ -291,10 +298,6 @@ class MixtureDataset(EpochState, IterableDataset):
 
     def iter_pending(self) -> Iterator[PendingSample]:
         """The same stream, undecoded (for ``roboreel.loader``), as ``CompiledDataset.iter_pending``."""
-        if self.canon.missing_cameras:
-            raise NotImplementedError(f"cameras {list(self.canon.missing_cameras)} are missing from some datasets "
-                                      "of the mixture: roboreel.loader cannot fill them yet; read it with a torch "
-                                      "DataLoader, or remap the cameras so every dataset has them")
         return self._iterate(deferred=True)
 
     def member_samples_maker(self, k: int) -> MemberSamples | None:
@@ -339,12 +342,8 @@ class MixtureDataset(EpochState, IterableDataset):
         self._position = position = Position(epoch, world, skip)
         row = 1 + proc_worker if get_worker_info() is not None else 0
         live = [s for s in streams if s is not None]
-        out = run_members(self, live, self._draw(draws[skip:], streams), position, row, self._counters,
-                          deferred=deferred)
-        filled = self.canon.missing_cameras
-        if deferred or not filled and self.canon.identity:
-            return out
-        return with_cameras_first(out, self.camera_keys, filled, self.image_transforms)
+        return run_members(self, live, self._draw(draws[skip:], streams), position, row, self._counters,
+                           deferred=deferred)
 
     def _draw(self, draws: np.ndarray, streams: list[MemberStream | None]) -> Iterator[PendingSample]:
         """The pending samples in draw order, each canonical (canonical_samples.py) and tagged with its member and

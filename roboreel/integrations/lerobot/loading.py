@@ -34,9 +34,6 @@ def stage_unsupported(data_loader: torch.utils.data.DataLoader) -> str | None:
         return f"a custom collate_fn ({getattr(data_loader.collate_fn, '__name__', data_loader.collate_fn)!r})"
     if data_loader.batch_size is None:
         return "batch_size=None"
-    missing = getattr(getattr(data_loader.dataset, "canon", None), "missing_cameras", ())
-    if missing:  # zero frames for a member's missing camera are made by the decoding process (reader/mixture.py)
-        return f"cameras {list(missing)} missing from some datasets of the mixture"
     return None
 
 
