@@ -250,3 +250,15 @@ def test_inspect_shows_canonical_features_and_each_members_map(pair, tmp_path, c
     text = capsys.readouterr().out
     assert f"    {FRONT} -> {TOP}\n" in text and f"    {WRIST}: missing (zeros, {WRIST}_is_missing)\n" in text
     assert "    observation.state: 4 -> 6 (zero-padded, observation.state_dim_is_pad)\n" in text
+
+
+def test_delta_indices_of_one_dataset_are_checked(pair):
+    a = pair[0]
+    with pytest.raises(ValueError, match="not both"):
+        CompiledDataset(a, delta_indices={"action": [0]}, delta_timestamps={"action": [0.0]})
+    with pytest.raises(ValueError, match="integer frame offsets"):
+        CompiledDataset(a, delta_indices={"action": [0.5]})
+    with pytest.raises(ValueError, match="not a feature"):
+        CompiledDataset(a, delta_indices={"actions": [0]})
+    ds = CompiledDataset(a, delta_indices={"action": [-2, 0, 3]})
+    assert ds.windows["action"].tolist() == [-2, 0, 3] and ds.delta_timestamps == {"action": [-0.1, 0.0, 0.15]}

@@ -100,3 +100,15 @@ def test_lerobot_train_with_a_remap_file(robots, tmp_path):
     assert run.returncode == 0, run.log[-3000:]
     batches = run.batches()
     assert len(batches) == 2 and {b["loader"] for b in batches} == {"StageLoader"}
+
+
+def test_shares_over_4000_draws(robots):
+    """Each member's share of >= 4,000 draws within 2 points of its weight (cameras dropped: tabular reads)."""
+    _, outs = robots
+    no_cameras = [{TOP: None, WRIST: None}, {FRONT: None}]
+    for weights in ([0.3, 0.7], "frames"):
+        ds = CompiledDataset([str(o) for o in outs], remap=no_cameras, pad="max", weights=weights,
+                             samples_per_epoch=4000, seed=2)
+        drawn = [int(s["dataset_index"]) for s in ds]
+        want = 0.7 if weights != "frames" else ds.members[1].num_frames / ds.num_frames
+        assert len(drawn) == 4000 and abs(sum(drawn) / 4000 - want) <= 0.02
