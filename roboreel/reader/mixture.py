@@ -130,7 +130,11 @@ class MixtureDataset(EpochState, IterableDataset):
         members: the member ``CompiledDataset``s, made with the same arguments (``CompiledDataset([...])`` does).
         weights: each draw's member with these probabilities (any positive scale); None: every frame of every
             member once per epoch, shuffled together.
+            "frames": in proportion to each member's selected frames (Octo's balance).
         samples_per_epoch: draws per epoch with weights (default: the members' frames together).
+        canonical: how members with other keys, sizes and cameras become one stream (remap, pad, normalize).
+        delta_timestamps, delta_indices: windows by canonical key, in seconds or in frames of each member's own
+            grid (``set_windows``); both None: the members' own.
     """
 
     def __init__(self, members: Sequence[Any], *, weights: Sequence[float] | str | None = None,
@@ -235,8 +239,9 @@ class MixtureDataset(EpochState, IterableDataset):
         self.keep_frames: dict[str, int] = {}
         for m, cm in zip(self.members, canon.members, strict=True):
             for k, n in m.keep_frames.items():
-                c = cm.rename[k]
-                self.keep_frames[c] = max(n, self.keep_frames.get(c, 0))
+                c = cm.rename.get(k)
+                if c is not None:
+                    self.keep_frames[c] = max(n, self.keep_frames.get(c, 0))
         self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(_needed, [m.idle_policy for m in self.members]))
         self._samples = None
 
