@@ -7,7 +7,9 @@ uint8 frames (lerobot-train divides camera keys by 255 itself), ``--dataset.epis
 roboreel's episode-pool shuffle, seeded by ``--seed``, instead of LeRobot's EpisodeAwareSampler; the dataset is
 iterable, so ``cfg.dataset.streaming`` is set to true (lerobot-train then builds its DataLoader without a sampler);
 on ``--resume`` the stream continues after the last sample the checkpointed step consumed; ``--dataset.root=a,b``
-(with ``--roboreel.weights=0.7,0.3`` or without: all frames once) trains on a mixture (reader/mixture.py); with
+(with ``--roboreel.weights=0.7,0.3`` or without: all frames once) trains on a mixture (reader/mixture.py), robots
+with other keys, sizes and fps made canonical by ``--roboreel.remap=FILE`` / ``--roboreel.pad=max``
+(docs/mixtures.md); with
 ``--dataset.eval_split`` the held-out episodes are LeRobot's and are read in file order (all of them: LeRobot's
 ``--max_eval_samples`` subset needs its map-style dataset).
 """
