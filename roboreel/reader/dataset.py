@@ -39,7 +39,7 @@ from roboreel.reader.depth import depth_cameras
 from roboreel.reader.epochs import EpochState
 from roboreel.reader.fetch.source import Store, retrying
 from roboreel.reader.meta import DatasetMeta
-from roboreel.reader.mixture import build_mixture
+from roboreel.reader.mixture import MIXTURE_ONLY, build_mixture
 from roboreel.reader.options import DecodeOptions, StreamOptions, legacy_options
 from roboreel.reader.plan.epoch import (
     Selection,
@@ -55,6 +55,7 @@ from roboreel.reader.plan.epoch import (
     uneven_split_message,
     worker_quotas,
 )
+from roboreel.reader.plan.frames import frame_offsets
 from roboreel.reader.plan.pool import PoolSchedule
 from roboreel.reader.plan.windows import delta_offsets
 from roboreel.reader.stats import SharedCounters
@@ -76,6 +77,9 @@ class CompiledDataset(EpochState, IterableDataset):
         weights, samples_per_epoch: a mixture's member probabilities (None: every frame of every member once per
             epoch) and draws per epoch (default: the members' frames together); refused for one path.
         delta_timestamps: ``{key: [seconds, ...]}`` windows (tabular or camera keys), as in LeRobot.
+        delta_indices: ``{key: [frames, ...]}`` the same windows in frame offsets (LeRobot policies'
+            ``*_delta_indices``); a mixture applies them at each member's own fps. Not with ``delta_timestamps``.
+        remap, pad, normalize: a mixture's canonical keys (docs/mixtures.md; reader/canonical.py).
         episodes: only these episode indices (default: all).
         episode_pool_size: whole episodes each consumer keeps (compressed) and draws frames across. Default 16.
         seed: base of every random decision. Order is a pure function of (seed, epoch, rank, worker).
@@ -98,13 +102,15 @@ class CompiledDataset(EpochState, IterableDataset):
     Call ``set_epoch(epoch)`` at the start of every epoch (as with DistributedSampler); see docs/reader.md.
     """
 
-    def __new__(cls, path_or_url: Any = None, *args: Any, weights: Sequence[float] | None = None,
+    def __new__(cls, path_or_url: Any = None, *args: Any, weights: Sequence[float] | str | None = None,
                 samples_per_epoch: int | None = None, **kwargs: Any) -> Any:
         """A list of paths makes a ``MixtureDataset`` (reader/mixture.py); one path, this class."""
         if isinstance(path_or_url, list | tuple):
             return build_mixture(cls, path_or_url, weights=weights, samples_per_epoch=samples_per_epoch, **kwargs)
-        if weights is not None or samples_per_epoch is not None:
-            raise ValueError("weights= and samples_per_epoch= mix several datasets: pass a list of paths, "
+        if weights is not None or samples_per_epoch is not None or any(
+                kwargs.get(k) is not None for k in MIXTURE_ONLY):
+            raise ValueError(f"weights=, samples_per_epoch= and {'=, '.join(MIXTURE_ONLY)}= mix several "
+                             "datasets: pass a list of paths, "
                              f"CompiledDataset([a, b], weights=[...]); got one: {path_or_url!r}")
         return super().__new__(cls)
 
@@ -115,6 +121,7 @@ class CompiledDataset(EpochState, IterableDataset):
         weights: Sequence[float] | None = None,
         samples_per_epoch: int | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        delta_indices: Mapping[str, Sequence[int]] | None = None,
         episodes: Iterable[int] | None = None,
         episode_pool_size: int = DEFAULT_POOL_SIZE,
         seed: int = 0,
@@ -170,9 +177,6 @@ class CompiledDataset(EpochState, IterableDataset):
                 raise ValueError(f"episodes {unknown[:10]} are not in {self.url} (it has {len(ids)} episodes"
                                  + (f", {ids[0]}..{ids[-1]})" if len(ids) else ")"))
         self.episodes: list[int] | None = episodes
-        self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()} or None
-        self.windows = delta_offsets(delta_timestamps, fps=m.fps, tolerance_s=decode.tolerance_s,
-                                     keys=list(m.features))
         self.episode_pool_size, self.seed, self.shuffle = episode_pool_size, int(seed), bool(shuffle)
         self.decode_device, self.image_transforms, self.return_uint8 = decode_device, image_transforms, return_uint8
         self.tolerance_s, self.frame_order = decode.tolerance_s, decode.frame_order
@@ -182,20 +186,33 @@ class CompiledDataset(EpochState, IterableDataset):
         self.decode_cache_bytes = int(decode.cache_mb * 2**20)
         mb = decode.idle_decoders_mb
         self.idle_decoder_bytes = None if mb is None else int(mb * 2**20)  # None: automatic (idle_policy.py)
-        self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(
-            idle_bytes_needed, m, self.episodes, camera_lanes(self.windows, self.camera_keys)))
         self.verify_checksums, self.retries, self.backoff_s = stream.verify_checksums, stream.retries, stream.backoff_s
         self._meta: DatasetMeta | None = None
         gops = [c.gop for c in m.cameras if c.gop]
         self.segment = min(gops) if gops else int(m.settings.get("gop") or 10)
         self._selection: Selection | None = None
         _ = self.selection  # shard-level (O(shards)): known from construction, like the shard table
-        # Decoded frames kept per clip of a windowed camera: the window's span, at most MAX_KEEP (memory).
-        self.keep_frames = {k: min(MAX_KEEP, int(o.max() - o.min()) + 1) for k, o in self.windows.items()
-                            if k in self.camera_keys and len(o) > 1}
+        if delta_indices is not None and delta_timestamps is not None:
+            raise ValueError("give delta_timestamps (seconds) or delta_indices (frames), not both")
+        self._set_windows(frame_offsets(delta_indices, keys=list(m.features)) if delta_indices is not None else
+                          delta_offsets(delta_timestamps, fps=m.fps, tolerance_s=decode.tolerance_s,
+                                        keys=list(m.features)), delta_timestamps)
         self._stream_id = self._stream_fingerprint()
         self._counters = SharedCounters()
         self._init_epochs()  # epoch, resume point, the board persistent workers read (epochs.py)
+
+    def _set_windows(self, windows: dict[str, np.ndarray],
+                     delta_timestamps: Mapping[str, Sequence[float]] | None = None) -> None:
+        """The windows (``{key: int64 frame offsets}``) and what follows from them; a mixture sets each member's
+        on its own frame grid (reader/canonical.py)."""
+        self.windows = windows
+        self.delta_timestamps = ({k: list(v) for k, v in delta_timestamps.items()} if delta_timestamps else
+                                 {k: (o / self.fps).tolist() for k, o in windows.items()}) or None
+        self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(
+            idle_bytes_needed, self.manifest, self.episodes, camera_lanes(self.windows, self.camera_keys)))
+        # Decoded frames kept per clip of a windowed camera: the window's span, at most MAX_KEEP (memory).
+        self.keep_frames = {k: min(MAX_KEEP, int(o.max() - o.min()) + 1) for k, o in self.windows.items()
+                            if k in self.camera_keys and len(o) > 1}
 
     # -- epochs and sizes -------------------------------------------------------------------------------
     @property

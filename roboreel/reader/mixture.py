@@ -9,7 +9,9 @@ emit whole batches, and ``state_dict`` is the same handful of scalars (a resumed
 pool, as many picks as the draws before its position name that member).
 
 Every sample carries ``dataset_index`` (int64, the member's position) and the merged ``task_index``
-(``meta.tasks``); only the features every member has are kept (the others are named in a warning).
+(``meta.tasks``). Members with other keys, sizes, cameras or fps are made canonical (``remap``, ``pad``,
+``delta_indices``: reader/canonical.py, canonical_samples.py, mixture_windows.py; docs/mixtures.md); a non-camera
+feature some member lacks is left out (named in a warning).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from os import PathLike
 from typing import Any
@@ -25,7 +28,15 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from roboreel.formats.merge import MixtureMismatch, common_features, merge_tasks
+from roboreel.formats.merge import MixtureMismatch, merge_tasks
+from roboreel.reader.blank import blank_clip
+from roboreel.reader.canonical import canonical as canonical_features
+from roboreel.reader.canonical_samples import (
+    CanonicalManifest,
+    MemberSamples,
+    canonical_specs,
+    member_samples,
+)
 from roboreel.reader.consumer import MemberStream, Position, run_members
 from roboreel.reader.decode.forksafe import isolate_inherited_heap
 from roboreel.reader.decode.heap import pin_mmap_threshold
@@ -34,6 +45,8 @@ from roboreel.reader.decode.images import ImageClips
 from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.epochs import EpochState
 from roboreel.reader.mixture_meta import MixtureMeta
+from roboreel.reader.mixture_windows import member_windows
+from roboreel.reader.normalize import check_modes
 from roboreel.reader.plan.epoch import (
     World,
     detect_rank,
@@ -47,21 +60,46 @@ from roboreel.reader.plan.pool import PoolSchedule
 from roboreel.reader.stats import SharedCounters
 
 logger = logging.getLogger(__name__)
+_NOT_NUMERIC = ("video", "image", "string")
 
 
-def build_mixture(make: Callable[..., Any], paths: Sequence[Any], *, weights: Sequence[float] | None,
-                  samples_per_epoch: int | None, episodes: Any = None, **kwargs: Any) -> MixtureDataset:
+MIXTURE_ONLY = ("remap", "pad", "normalize")  # keywords only a mixture takes (CompiledDataset refuses them alone)
+
+
+@dataclass(frozen=True)
+class CanonicalOptions:
+    """How members with other keys, sizes and cameras become one batchable stream (reader/canonical.py).
+
+    Args:
+        remap: one ``{own key: canonical key or None}`` per member (None: keep its keys); None drops a key.
+        pad: "max": 1-D features whose sizes differ are zero-padded to the largest (``<key>_dim_is_pad``);
+            None: they must match.
+        normalize: ``{canonical key: "mean_std" | "min_max"}``: normalise each sample with its own member's stats
+            (reader/normalize.py).
+    """
+
+    remap: tuple[Mapping[str, str | None] | None, ...] | None = None
+    pad: str | None = None
+    normalize: Mapping[str, str] | None = None
+
+
+def build_mixture(make: Callable[..., Any], paths: Sequence[Any], *, weights: Sequence[float] | str | None,
+                  samples_per_epoch: int | None, episodes: Any = None, remap: Any = None, pad: str | None = None,
+                  normalize: Mapping[str, str] | None = None, delta_timestamps: Any = None, delta_indices: Any = None,
+                  **kwargs: Any) -> MixtureDataset:
     """``CompiledDataset([a, b, ...], ...)``: each member made by ``make(path, episodes=..., **kwargs)`` (every
     argument as for one dataset), then mixed. ``episodes`` is one entry per dataset (None or episode indices) or
-    ``{position: [episodes]}``."""
+    ``{position: [episodes]}``; windows are set per member on its own frame grid (mixture_windows.py)."""
     paths = list(paths)
     if not paths or not all(isinstance(p, str | PathLike) for p in paths):
         raise ValueError(f"a mixture is a non-empty list of dataset paths or URLs, got {paths!r:.200}")
-    if weights is not None and len(list(weights)) != len(paths):
+    if weights is not None and not isinstance(weights, str) and len(list(weights)) != len(paths):
         raise ValueError(f"weights has {len(list(weights))} values for {len(paths)} datasets")
-    return MixtureDataset([make(str(p), episodes=e, **kwargs) for p, e in zip(paths, _per_member(episodes, len(paths)),
-                                                                              strict=True)],
-                          weights=weights, samples_per_epoch=samples_per_epoch)
+    members = [make(str(p), episodes=e, **kwargs) for p, e in zip(paths, _per_member(episodes, len(paths)),
+                                                                  strict=True)]
+    options = CanonicalOptions(None if remap is None else tuple(remap), pad, normalize)
+    return MixtureDataset(members, weights=weights, samples_per_epoch=samples_per_epoch, canonical=options,
+                          delta_timestamps=delta_timestamps, delta_indices=delta_indices)
 
 
 def _per_member(episodes: Any, n: int) -> list[Any]:
@@ -92,11 +130,17 @@ class MixtureDataset(EpochState, IterableDataset):
         members: the member ``CompiledDataset``s, made with the same arguments (``CompiledDataset([...])`` does).
         weights: each draw's member with these probabilities (any positive scale); None: every frame of every
             member once per epoch, shuffled together.
+            "frames": in proportion to each member's selected frames (Octo's balance).
         samples_per_epoch: draws per epoch with weights (default: the members' frames together).
+        canonical: how members with other keys, sizes and cameras become one stream (remap, pad, normalize).
+        delta_timestamps, delta_indices: windows by canonical key, in seconds or in frames of each member's own
+            grid (``set_windows``); both None: the members' own.
     """
 
-    def __init__(self, members: Sequence[Any], *, weights: Sequence[float] | None = None,
-                 samples_per_epoch: int | None = None) -> None:
+    def __init__(self, members: Sequence[Any], *, weights: Sequence[float] | str | None = None,
+                 samples_per_epoch: int | None = None, canonical: CanonicalOptions | None = None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+                 delta_indices: Mapping[str, Sequence[int]] | None = None) -> None:
         super().__init__()
         if not members:
             raise ValueError("a mixture needs at least one dataset")
@@ -105,51 +149,61 @@ class MixtureDataset(EpochState, IterableDataset):
         self.urls = [m.url for m in self.members]
         self.seed, self.shuffle, self.rank, self.world_size = m0.seed, m0.shuffle, m0.rank, m0.world_size
         self.split_options, self.fps = m0.split_options, m0.fps
-        self.delta_timestamps = m0.delta_timestamps
+        self.member_fps = [m.fps for m in self.members]
         self.stream_options, self.decode_options = m0.stream_options, m0.decode_options
         for name in ("decode_device", "image_transforms", "return_uint8", "tolerance_s", "frame_order",
                      "decode_batch", "decode_cache_bytes", "idle_decoder_bytes"):
             setattr(self, name, getattr(m0, name))
-        keys, extra = common_features(self.urls, [m.manifest.features for m in self.members],
-                                      [m.fps for m in self.members])
-        for url, dropped in extra.items():
+        self.options = opts = canonical or CanonicalOptions()
+        self.canon = canon = canonical_features(self.urls, [m.manifest.features for m in self.members],
+                                                [m.camera_keys for m in self.members], opts.remap, opts.pad)
+        for url, dropped in canon.dropped.items():
             logger.warning("%s: features %s are not in every dataset of the mixture and are left out of its "
                            "samples", url, dropped)
-        unknown = [k for k in (self.delta_timestamps or {}) if k not in keys]
-        if unknown:
-            raise MixtureMismatch(f"delta_timestamps keys {unknown} are not features of every dataset of the "
-                                  f"mixture {self.urls}")
-        self.features = keys
-        self.camera_keys = [k for k in m0.camera_keys if k in keys]
-        for k in keys:  # an image feature is a clip in every member, or in none (compile --images)
-            stored = {m.url: k in m.camera_keys for m in self.members}
-            if len(set(stored.values())) > 1:
-                raise MixtureMismatch(f"feature {k!r} is stored as clips in some datasets of the mixture and as "
-                                      f"encoded images in others: {stored}; compile them with the same --images")
-        self.image_clips = ImageClips.of({k: m0.manifest.features[k] for k in keys}, self.camera_keys)
-        self.tabular_keys = [k for k in m0.tabular_keys if k in keys]
+        self.features = list(canon.features)
+        self.camera_keys = list(canon.cameras)
+        self.image_clips = ImageClips.of(canon.features, self.camera_keys)
+        self.tabular_keys = [k for k in self.features if k not in canon.cameras]
         # depth cameras decode through their quantiser, per camera key: members must agree on it (decode/depth.py)
         self.depth = {}
+        held = [(m, cm) for m, cm in zip(self.members, canon.members, strict=True)]
         for k in self.camera_keys:
-            quants = {m.url: m.depth.get(k) for m in self.members}
+            quants = {m.url: m.depth.get(cm.own[k]) for m, cm in held if k in cm.own}
             if len(set(quants.values())) > 1:
                 raise MixtureMismatch(f"camera {k!r} is depth in some datasets of the mixture, or quantised "
                                       f"differently: {quants}; a mixture decodes one camera key one way")
-            if quants[m0.url] is not None:
-                self.depth[k] = quants[m0.url]
-        # image features decode per sample from each member's own rows (MemberStream keeps the shared ones)
-        self.image_keys = {k: v for k, v in m0.image_keys.items() if k in keys}
-        self.transformed_images = [k for k in m0.transformed_images if k in self.image_keys]
+            q = next(iter(quants.values()))
+            if q is not None:
+                self.depth[k] = q
+                if k in canon.missing_cameras:
+                    raise MixtureMismatch(f"depth camera {k!r} is missing from some datasets of the mixture "
+                                          f"{self.urls}: a missing camera reads black RGB frames; drop it (remap "
+                                          "to None) or map a depth camera of every dataset onto it")
+        # image features decode per sample from each member's own rows (MemberStream keeps the ones it maps)
+        self.image_keys = {cm.rename[k]: v for m, cm in reversed(held) for k, v in m.image_keys.items()
+                           if k in cm.rename}
+        self.transformed_images = [cm.rename[k] for m, cm in held for k in m.transformed_images if k in cm.rename]
         if self.decode_device != "cpu":
-            codecs = {(c.key, c.codec) for m in self.members for c in m.manifest.cameras if c.key in keys}
+            codecs = {(cm.rename[c.key], c.codec) for m, cm in held for c in m.manifest.cameras if c.key in cm.rename}
             if len(codecs) != len({k for k, _ in codecs}):
                 raise MixtureMismatch(f"the datasets {self.urls} encode a camera with different codecs: decode "
                                       "them on the CPU (decode_device='cpu'), or compile them alike")
-        self.manifest = m0.manifest  # what roboreel.loader reads of it (camera sizes, codecs) is common
-        self.keep_frames = {k: max(m.keep_frames.get(k, 0) for m in self.members) for k in self.camera_keys
-                            if any(k in m.keep_frames for m in self.members)}
-        self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(_needed, [m.idle_policy for m in self.members]))
+        # what roboreel.loader reads of it (camera sizes, codecs), under the canonical keys
+        self.manifest = m0.manifest if canon.identity else CanonicalManifest(
+            m0.manifest, canonical_specs(canon, [m.manifest for m in self.members]))
+        self._samples: list[MemberSamples] | None = None  # made where samples are (workers), from the meta's stats
+        self.set_windows(delta_timestamps=delta_timestamps, delta_indices=delta_indices)
+        # a camera some member lacks reads a blank clip's black frame there (blank.py), encoded once, here
+        specs = {c.key: c for c in self.manifest.cameras}
+        self.blank_clips = {c: blank_clip(c, specs[c].height, specs[c].width) for c in canon.missing_cameras}
         self.task_names, self.task_remaps = merge_tasks([m.manifest.tasks for m in self.members])
+        self.normalize = check_modes(opts.normalize, [k for k in self.tabular_keys
+                                                      if canon.features[k].get("dtype") not in _NOT_NUMERIC])
+        if isinstance(weights, str):
+            if weights != "frames":
+                raise ValueError(f"weights={weights!r}: give one number per dataset, \"frames\" (in proportion to "
+                                 "each member's frames, Octo's balance) or None (every frame once per epoch)")
+            weights = [m.num_frames for m in self.members]
         wts = None if weights is None else tuple(float(w) for w in weights)
         self.plan = MixturePlan(tuple(m.num_frames for m in self.members), wts, samples_per_epoch, self.seed,
                                 self.shuffle)
@@ -163,6 +217,34 @@ class MixtureDataset(EpochState, IterableDataset):
         self._counters = SharedCounters()
         self._init_epochs()  # epoch, resume point, the board persistent workers read (epochs.py)
 
+    def set_windows(self, *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+                    delta_indices: Mapping[str, Sequence[int]] | None = None) -> None:
+        """Windows by canonical key, set on each member's own frame grid (mixture_windows.py): ``delta_indices`` in
+        frames, or ``delta_timestamps`` in seconds (on every member's grid). Both None: the members' own windows
+        (a mixture made of members built with theirs). lerobot-train's integration sets a policy's
+        ``*_delta_indices`` here once the canonical features are known."""
+        canon, m0 = self.canon, self.members[0]
+        if delta_timestamps is not None or delta_indices is not None:  # each member on its own frame grid
+            windows, seconds, self.window_lengths = member_windows(
+                canon, self.member_fps, delta_timestamps=delta_timestamps, delta_indices=delta_indices,
+                tolerance_s=self.tolerance_s)
+            for m, w, sec in zip(self.members, windows, seconds, strict=True):
+                m._set_windows(w, sec)
+        else:  # members made with their windows (MixtureDataset(members)): the first one's, by canonical key
+            rename = canon.members[0].rename
+            self.window_lengths = {rename[k]: len(o) for k, o in m0.windows.items() if k in rename}
+        self.delta_timestamps = dict(delta_timestamps) if delta_timestamps is not None else (
+            m0.delta_timestamps if delta_indices is None else None)
+        self.delta_indices = None if delta_indices is None else {k: list(v) for k, v in delta_indices.items()}
+        self.keep_frames: dict[str, int] = {}
+        for m, cm in zip(self.members, canon.members, strict=True):
+            for k, n in m.keep_frames.items():
+                c = cm.rename.get(k)
+                if c is not None:
+                    self.keep_frames[c] = max(n, self.keep_frames.get(c, 0))
+        self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(_needed, [m.idle_policy for m in self.members]))
+        self._samples = None
+
     def __repr__(self) -> str:
         w = "None" if self.plan.weights is None else list(self.plan.weights)
         return f"MixtureDataset({self.urls}, weights={w}, samples_per_epoch={self.plan.size})"
@@ -172,7 +254,8 @@ class MixtureDataset(EpochState, IterableDataset):
     def meta(self) -> MixtureMeta:
         """The merged metadata: common features, aggregated stats, merged tasks (mixture_meta.py)."""
         if self._meta is None:
-            self._meta = MixtureMeta([m.meta for m in self.members], keys=self.features, tasks=self.task_names)
+            self._meta = MixtureMeta([m.meta for m in self.members], keys=self.features, tasks=self.task_names,
+                                     canon=self.canon)
         return self._meta
 
     @property
@@ -222,6 +305,13 @@ class MixtureDataset(EpochState, IterableDataset):
         """The same stream, undecoded (for ``roboreel.loader``), as ``CompiledDataset.iter_pending``."""
         return self._iterate(deferred=True)
 
+    def member_samples_maker(self, k: int) -> MemberSamples | None:
+        """What makes member ``k``'s samples canonical (None: nothing to do), made once per process."""
+        if self._samples is None:
+            self._samples = ([] if self.canon.identity and not self.normalize else
+                             [member_samples(self, i) for i in range(len(self.members))])
+        return self._samples[k] if self._samples else None
+
     def _iterate(self, *, deferred: bool) -> Iterator[Any]:
         isolate_inherited_heap()
         if not deferred:
@@ -250,9 +340,10 @@ class MixtureDataset(EpochState, IterableDataset):
                                     seed=self.plan.member_seed(i), epoch=epoch, rank=world.rank,
                                     worker=world.worker, frame_order=self.frame_order, segment=ds.segment)
             schedule.skip(int(done[i]))
+            cm = self.canon.members[i]
             streams.append(MemberStream(ds, schedule, slices, stream=world.consumer, stride=world.consumers,
-                                        shard_prefix=f"{ds.url.rstrip('/')}/", tabular_keys=self.tabular_keys,
-                                        camera_keys=self.camera_keys))
+                                        shard_prefix=f"{ds.url.rstrip('/')}/", tabular_keys=list(cm.tabular),
+                                        camera_keys=list(cm.cameras)))
         self._position = position = Position(epoch, world, skip)
         row = 1 + proc_worker if get_worker_info() is not None else 0
         live = [s for s in streams if s is not None]
@@ -260,9 +351,14 @@ class MixtureDataset(EpochState, IterableDataset):
                            deferred=deferred)
 
     def _draw(self, draws: np.ndarray, streams: list[MemberStream | None]) -> Iterator[PendingSample]:
-        """The pending samples in draw order, each tagged with its member and the merged task_index."""
+        """The pending samples in draw order, each canonical (canonical_samples.py) and tagged with its member and
+        the merged task_index."""
+        makers = [self.member_samples_maker(k) for k in range(len(self.members))]
         for k in draws.tolist():
             p = next(streams[k].pending)  # type: ignore[union-attr]  # a member drawn has a stream
+            make = makers[k]
+            if make is not None:
+                p = make(p)
             v = p.values
             ti = v.get("task_index")
             if isinstance(ti, np.ndarray):

@@ -1,7 +1,8 @@
 """``MixtureMeta``: a mixture's metadata in LeRobot's shape (``LeRobotDatasetMetadata``'s fields), merged from its
 members' ``DatasetMeta``: the features every member has (checked equal, formats/merge.py), the fps, stats
 aggregated as LeRobot's ``aggregate_stats`` does, tasks merged (``task_index`` remapped in the samples), totals
-summed. What ``make_policy(cfg, ds_meta=...)`` and ``make_pre_post_processors(dataset_stats=...)`` read.
+summed; with canonical keys (reader/canonical.py) the canonical features, stats pooled without padding, and each
+member's own stats (``member_stats``). What ``make_policy(cfg, ds_meta=...)`` and ``make_pre_post_processors(dataset_stats=...)`` read.
 
 Member-level tables (meta/episodes) differ per member and have no merged form LeRobot reads: they stay on
 ``members[i].meta``. ``stats`` is a plain mutable dict, like ``DatasetMeta.stats`` (lerobot-train writes ImageNet
@@ -17,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from roboreel.formats.merge import aggregate_stats
+from roboreel.reader.canonical import Canonical
+from roboreel.reader.canonical_stats import canonical_stats, member_stats
 from roboreel.reader.meta import DatasetMeta, FeatureKeys
 
 
@@ -24,9 +27,11 @@ class MixtureMeta(FeatureKeys):
     """Merged metadata of ``members`` (their ``DatasetMeta``), restricted to ``keys``, with ``tasks`` (the merged
     task strings by merged task_index)."""
 
-    def __init__(self, members: Sequence[DatasetMeta], *, keys: Sequence[str], tasks: Sequence[str]) -> None:
+    def __init__(self, members: Sequence[DatasetMeta], *, keys: Sequence[str], tasks: Sequence[str],
+                 canon: Canonical | None = None) -> None:
         self.members = list(members)
         self.keys, self.task_names = list(keys), list(tasks)
+        self.canon = canon  # the canonical features (reader/canonical.py); None: members' keys as they are
         self.repo_id = "+".join(m.repo_id for m in self.members)
         self._info: dict[str, Any] | None = None
         self._tasks: Any = None
@@ -42,7 +47,8 @@ class MixtureMeta(FeatureKeys):
         """The first member's info.json with the common features and summed totals."""
         if self._info is None:
             info = copy.deepcopy(self.members[0].info)
-            info["features"] = {k: info["features"][k] for k in self.keys}
+            info["features"] = (dict(copy.deepcopy(self.canon.features)) if self.canon is not None else
+                                {k: info["features"][k] for k in self.keys})
             info["total_episodes"] = sum(m.total_episodes for m in self.members)
             info["total_frames"] = sum(m.total_frames for m in self.members)
             info["total_tasks"] = len(self.task_names)
@@ -59,8 +65,17 @@ class MixtureMeta(FeatureKeys):
         return len(self.task_names)
 
     def _read_stats(self) -> dict[str, dict[str, np.ndarray]] | None:
-        """The members' stats of the common features, aggregated as LeRobot's ``aggregate_stats``."""
+        """The members' stats of the common features, aggregated as LeRobot's ``aggregate_stats``; over canonical
+        features, padded dimensions and missing cameras kept out (canonical_stats.py)."""
+        if self.canon is not None and not self.canon.identity:
+            return canonical_stats(self.canon, [m.stats for m in self.members])
         return aggregate_stats([m.url for m in self.members], [m.stats for m in self.members], self.keys)
+
+    def member_stats(self, index: int) -> dict[str, dict[str, np.ndarray]] | None:
+        """Member ``index``'s own stats (its ``meta/stats.json``) under the canonical keys, its own sizes: what
+        ``normalize=`` normalises its samples with, and what un-normalises a policy's output for that robot."""
+        stats = self.members[index].stats
+        return member_stats(self.canon, index, stats) if self.canon is not None else stats
 
     @property
     def tasks(self) -> Any:

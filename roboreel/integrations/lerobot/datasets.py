@@ -7,7 +7,9 @@ uint8 frames (lerobot-train divides camera keys by 255 itself), ``--dataset.epis
 roboreel's episode-pool shuffle, seeded by ``--seed``, instead of LeRobot's EpisodeAwareSampler; the dataset is
 iterable, so ``cfg.dataset.streaming`` is set to true (lerobot-train then builds its DataLoader without a sampler);
 on ``--resume`` the stream continues after the last sample the checkpointed step consumed; ``--dataset.root=a,b``
-(with ``--roboreel.weights=0.7,0.3`` or without: all frames once) trains on a mixture (reader/mixture.py); with
+(with ``--roboreel.weights=0.7,0.3`` or without: all frames once) trains on a mixture (reader/mixture.py), robots
+with other keys, sizes and fps made canonical by ``--roboreel.remap=FILE`` / ``--roboreel.pad=max``
+(docs/mixtures.md); with
 ``--dataset.eval_split`` the held-out episodes are LeRobot's and are read in file order (all of them: LeRobot's
 ``--max_eval_samples`` subset needs its map-style dataset).
 """
@@ -21,29 +23,34 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from roboreel.formats.merge import common_features
+from roboreel.integrations.lerobot.options import read_mixture_file
 from roboreel.reader.dataset import CompiledDataset
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.mixture import MixtureDataset
-from roboreel.reader.mixture_meta import MixtureMeta
 from roboreel.reader.options import DecodeOptions
 from roboreel.reader.plan.epoch import detect_rank
 
 logger = logging.getLogger(__name__)
 
 
-def make_train_eval_datasets(cfg: Any, *, weights: Sequence[float] | None = None
-                             ) -> tuple[CompiledDataset, CompiledDataset | None]:
+def make_train_eval_datasets(cfg: Any, *, weights: Sequence[float] | str | None = None, mixture: str | None = None,
+                             pad: str | None = None) -> tuple[CompiledDataset, CompiledDataset | None]:
     """``lerobot.datasets.factory.make_train_eval_datasets`` for a compiled dataset at ``--dataset.root``: the
     training dataset, and with ``--dataset.eval_split`` the held-out one (LeRobot's split: the last
     ``ceil(n * eval_split)`` episodes of every task). ``--dataset.root=a,b`` trains on a mixture of compiled
-    datasets, drawn with ``weights`` (``--roboreel.weights``; None: every frame of every root once per epoch)."""
+    datasets, drawn with ``weights`` (``--roboreel.weights``; None: every frame of every root once per epoch), made
+    canonical by the ``mixture`` file (``--roboreel.remap=FILE``) and ``pad`` (``--roboreel.pad``)."""
     from lerobot.datasets.factory import resolve_delta_timestamps
 
     data = cfg.dataset
     roots = [r.strip() for r in str(data.root or "").split(",") if r.strip()]
-    if len(roots) > 1 or weights is not None:
-        return _mixture(cfg, roots, weights), None
+    if len(roots) > 1 or weights is not None or mixture is not None or pad is not None:
+        spec = read_mixture_file(mixture) if mixture is not None else {}
+        if pad is not None:
+            spec["pad"] = pad
+        if weights is not None:
+            spec["weights"] = weights
+        return _mixture(cfg, roots, spec), None
     if not isinstance(data.repo_id, str):
         raise ValueError("roboreel lerobot-train trains on one dataset: pass one --dataset.repo_id")
     if not data.root:
@@ -65,24 +72,31 @@ def make_train_eval_datasets(cfg: Any, *, weights: Sequence[float] | None = None
     return dataset, evaluation
 
 
-def _mixture(cfg: Any, roots: list[str], weights: Sequence[float] | None) -> MixtureDataset:
-    """The training mixture of ``roots`` (``--dataset.root=a,b``); its meta merges theirs (reader/mixture_meta.py)."""
+def _mixture(cfg: Any, roots: list[str], spec: dict[str, Any]) -> MixtureDataset:
+    """The training mixture of ``roots`` (``--dataset.root=a,b``), canonical as ``spec`` says (remap, pad,
+    normalize, weights: options.read_mixture_file); its meta merges theirs (reader/mixture_meta.py). The policy's
+    windows are its ``*_delta_indices`` in frames, each root on its own frame grid: LeRobot's
+    ``resolve_delta_timestamps`` asked with fps 1 names the keys and gives the frame offsets."""
     from lerobot.datasets.factory import resolve_delta_timestamps
 
     data = cfg.dataset
     if len(roots) < 2:
-        raise ValueError(f"--roboreel.weights mixes several compiled datasets: pass them as --dataset.root=a,b "
-                         f"(got {len(roots)} root)")
+        raise ValueError(f"--roboreel.weights, --roboreel.remap and --roboreel.pad mix several compiled datasets: "
+                         f"pass them as --dataset.root=a,b (got {len(roots)} root)")
     if data.eval_split:
         raise ValueError("--dataset.eval_split is not supported with several --dataset.root yet: hold episodes "
                          "out per dataset when compiling, or train on one root")
     if data.episodes is not None:
         raise ValueError("--dataset.episodes names one dataset's episodes; with several --dataset.root it would "
                          "be ambiguous: select episodes in Python, CompiledDataset([a, b], episodes=[[...], None])")
-    metas = [DatasetMeta(r) for r in roots]
-    keys, _ = common_features(roots, [m.features for m in metas], [m.fps for m in metas])
-    delta_timestamps = resolve_delta_timestamps(cfg.trainable_config, MixtureMeta(metas, keys=keys, tasks=[]))
-    dataset = _dataset(cfg, roots, delta_timestamps, None, train=True, weights=weights)
+    weights = spec.get("weights")
+    if isinstance(weights, list | tuple):
+        weights = tuple(float(w) for w in weights)
+    dataset = _dataset(cfg, roots, None, None, train=True, weights=weights,
+                       mixture={k: spec[k] for k in ("remap", "pad", "normalize") if spec.get(k) is not None})
+    frames = resolve_delta_timestamps(cfg.trainable_config, SimpleNamespace(features=dataset.meta.features, fps=1))
+    if frames:
+        dataset.set_windows(delta_indices={k: [round(float(i)) for i in v] for k, v in frames.items()})
     data.streaming = True
     if cfg.resume:
         resume(dataset, cfg)
@@ -108,7 +122,8 @@ def split_episodes(meta: DatasetMeta, episodes: list[int] | None, eval_split: fl
 
 
 def _dataset(cfg: Any, url: str | list[str], delta_timestamps: dict[str, list[float]] | None,
-             episodes: list[int] | None, *, train: bool, weights: Sequence[float] | None = None) -> CompiledDataset:
+             episodes: list[int] | None, *, train: bool, weights: Sequence[float] | str | None = None,
+             mixture: dict[str, Any] | None = None) -> CompiledDataset:
     import torch
     from lerobot.transforms import ImageTransforms
     from lerobot.utils.constants import IMAGENET_STATS
@@ -128,6 +143,7 @@ def _dataset(cfg: Any, url: str | list[str], delta_timestamps: dict[str, list[fl
         batch_size=cfg.batch_size,  # whole batches per worker: len(DataLoader) exact, equal steps on every rank
         decode=DecodeOptions(tolerance_s=cfg.tolerance_s),
         **({"weights": weights} if weights is not None else {}),
+        **(mixture or {}),
     )
     dataset.meta.repo_id = data.repo_id
     if data.use_imagenet_stats:

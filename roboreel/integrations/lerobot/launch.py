@@ -76,7 +76,8 @@ def patched(options: LoaderOptions | None = None) -> Iterator[None]:
         return prepared
 
     saved_factory = script.make_train_eval_datasets
-    script.make_train_eval_datasets = partial(make_train_eval_datasets, weights=options.weights)
+    script.make_train_eval_datasets = partial(make_train_eval_datasets, weights=options.weights,
+                                              mixture=options.mixture, pad=options.pad)
     accelerate.Accelerator.prepare_data_loader = prepare
     try:
         yield

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 LOADERS = ("stage", "dataloader")
 PREFIX = "--roboreel."
@@ -21,12 +21,19 @@ class LoaderOptions:
             (the DataLoader lerobot-train builds; its workers decode).
         decode_threads: the stage's decode threads (default: the cores this process may use).
         weights: a mixture's draw probabilities, one per compiled root of ``--dataset.root=a,b``
-            (``--roboreel.weights=0.7,0.3``); None: every frame of every root once per epoch (reader/mixture.py).
+            (``--roboreel.weights=0.7,0.3``), or "frames" (in proportion to each root's frames); None: every frame
+            of every root once per epoch (reader/mixture.py).
+        mixture: a JSON or YAML file (``--roboreel.remap=FILE``) saying how roots with other keys mix
+            (docs/mixtures.md): a list with one ``{old key: new key or null}`` per root, or a mapping with
+            ``remap`` (that list), ``pad`` ("max"), ``normalize`` (``{key: mean_std | min_max}``), ``weights``.
+        pad: "max" (``--roboreel.pad=max``): 1-D features whose sizes differ between roots are zero-padded.
     """
 
     loader: Literal["stage", "dataloader"] = "stage"
     decode_threads: int | None = None
-    weights: tuple[float, ...] | None = None
+    weights: tuple[float, ...] | str | None = None
+    mixture: str | None = None
+    pad: str | None = None
 
     def __post_init__(self) -> None:
         if self.loader not in LOADERS:
@@ -35,6 +42,8 @@ class LoaderOptions:
                                                 or not isinstance(self.decode_threads, int)
                                                 or self.decode_threads < 1):
             raise ValueError(f"--roboreel.decode_threads must be an integer >= 1, got {self.decode_threads!r}")
+        if self.pad not in (None, "max"):
+            raise ValueError(f"--roboreel.pad={self.pad!r}: expected max")
 
     @classmethod
     def from_argv(cls, argv: Sequence[str]) -> tuple[LoaderOptions, list[str]]:
@@ -54,10 +63,11 @@ class LoaderOptions:
                 if i >= len(args):
                     raise ValueError(f"{token} needs a value ({token}=VALUE)")
                 value, i = args[i], i + 1
-            if name not in ("loader", "decode_threads", "weights"):
+            if name not in ("loader", "decode_threads", "weights", "remap", "pad"):
                 raise ValueError(f"unknown option {PREFIX}{name}: roboreel's lerobot-train options are "
-                                 f"{PREFIX}loader={'|'.join(LOADERS)}, {PREFIX}decode_threads=N and "
-                                 f"{PREFIX}weights=W1,W2,...")
+                                 f"{PREFIX}loader={'|'.join(LOADERS)}, {PREFIX}decode_threads=N, "
+                                 f"{PREFIX}weights=W1,W2,...|frames, {PREFIX}remap=FILE.json|yaml and "
+                                 f"{PREFIX}pad=max")
             values[name] = value
         threads = values.get("decode_threads")
         if threads is not None:
@@ -67,12 +77,36 @@ class LoaderOptions:
                 raise ValueError(f"--roboreel.decode_threads must be an integer >= 1, got {threads!r}") from None
         else:
             threads_value = None
-        weights = None
-        if "weights" in values:
+        weights: tuple[float, ...] | str | None = None
+        if values.get("weights") == "frames":
+            weights = "frames"
+        elif "weights" in values:
             try:
                 weights = tuple(float(w) for w in values["weights"].strip("[]").split(","))
             except ValueError:
                 raise ValueError(f"--roboreel.weights must be numbers separated by commas (one per root of "
                                  f"--dataset.root=a,b), got {values['weights']!r}") from None
         return cls(loader=values.get("loader", "stage"), decode_threads=threads_value,  # type: ignore[arg-type]
-                   weights=weights), rest
+                   weights=weights, mixture=values.get("remap"), pad=values.get("pad")), rest
+
+
+def read_mixture_file(path: str) -> dict[str, Any]:
+    """``--roboreel.remap=FILE``: ``{"remap": [...], "pad": ..., "normalize": ..., "weights": ...}`` (the keys
+    given), from JSON, or YAML (``.yaml`` / ``.yml``, PyYAML: LeRobot's own dependency). A bare list is the remap."""
+    import json
+    from pathlib import Path
+
+    text = Path(path).read_text()
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        data = yaml.safe_load(text)
+    else:
+        data = json.loads(text)
+    if isinstance(data, list):
+        data = {"remap": data}
+    allowed = ("remap", "pad", "normalize", "weights")
+    if not isinstance(data, dict) or any(k not in allowed for k in data):
+        raise ValueError(f"--roboreel.remap={path}: expected a list (one {{old key: new key or null}} per "
+                         f"--dataset.root) or a mapping with keys {list(allowed)}, got {str(data)[:200]}")
+    return data
