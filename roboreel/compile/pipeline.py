@@ -29,6 +29,7 @@ from roboreel.compile.fingerprint import episode_fingerprints
 from roboreel.compile.imageclips import clip_keys, kept_images
 from roboreel.compile.outdir import (
     check_source_files,
+    finished_changed,
     lock_mismatch,
     make_lock,
     prepare_out,
@@ -128,13 +129,15 @@ def compile_dataset(
     mine = part_shards(len(plan), part)
     existed = os.path.isdir(out)
     old = read_lock(out) if existed and not overwrite else None
-    if old is not None and lock_mismatch(old, lock):  # an earlier state of this source: update (update.py)
+    shard_files = [episode_files(source, shard) for shard in plan]
+    if old is not None and (lock_mismatch(old, lock) or finished_changed(out, old, lock, shard_files)):
+        # an earlier state of this source (grown, shrunk, or a file a finished shard read changed): update.py
         state = plan_update(out, old, lock, prints)
         if state is not None:
             begin_update(out, old, lock, state, prints)
     fresh = prepare_out(out, lock, overwrite=overwrite)
     if not fresh:
-        check_source_files(out, lock, [episode_files(source, shard) for shard in plan])
+        check_source_files(out, lock, shard_files)
     gen = generation(read_lock(out))
     state = read_state(out, gen) if gen > 1 else None
     try:
