@@ -168,7 +168,8 @@ def _read_bytes(path: str) -> bytes | None:
 
 
 def write_snapshot(out: str, source: LeRobotSource) -> None:
-    """Copy the source's meta/ files (info, tasks, stats, episodes) under OUT/.roboreel-parts/source/."""
+    """Copy the source's meta/ files (info, tasks, stats, episodes) under OUT/.roboreel-parts/source/, and
+    remove any other file there."""
     rels = [v3.INFO_PATH, v3.TASKS_PATH, *source.episode_files()]
     if source.stats is not None:  # not ``exists``: over HTTP a transient fault would drop the stats silently
         rels.append(v3.STATS_PATH)
@@ -178,6 +179,13 @@ def write_snapshot(out: str, source: LeRobotSource) -> None:
             data = f.read()
         if _read_bytes(dest) != data:
             atomic_write(dest, data)
+    # an update (compile/update.py) from a source whose meta/ had other files: none of them may stay
+    root = os.path.join(out, SNAPSHOT_DIR)
+    for d, _, names in os.walk(root):
+        for name in names:
+            rel = os.path.relpath(os.path.join(d, name), root).replace(os.sep, "/")
+            if rel not in rels and not name.endswith(TMP_SUFFIX):
+                os.unlink(os.path.join(d, name))
 
 
 def snapshot_source(out: str) -> LeRobotSource:
