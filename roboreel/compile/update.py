@@ -26,7 +26,7 @@ import re
 from typing import Any
 
 from roboreel.compile.clips import PARTS_DIR, remove_clips_dir
-from roboreel.compile.outdir import LOCK_NAME, lock_mismatch
+from roboreel.compile.outdir import LOCK_NAME, lock_mismatch, read_lock
 from roboreel.compile.pack import atomic_write
 from roboreel.compile.shardjob import sidecar_path
 from roboreel.formats.index import INDEX_DIR
@@ -125,8 +125,10 @@ def read_state(out: str, gen: int) -> dict[str, Any] | None:
 def begin_update(out: str, old: dict[str, Any], lock: dict[str, Any], state: dict[str, Any],
                  fps: dict[int, dict[str, Any]]) -> int:
     """Steps 2 of the module doc; returns how many shards were kept byte for byte."""
-    atomic_write(os.path.join(out, UPDATE_NAME), (json.dumps(state) + "\n").encode())
     gen = state["to"]
+    if generation(read_lock(out)) == gen:  # another --part job of this update got here first
+        return 0
+    atomic_write(os.path.join(out, UPDATE_NAME), (json.dumps(state) + "\n").encode())
     old_sides = _old_sidecars(out, old)
     kept = 0
     for i, plan in enumerate(lock["shards"]):
