@@ -14,7 +14,7 @@ _NAMES_SOURCE = (MANIFEST_NAME, ".roboreel-compile.json")
 
 def tree(root: Path, *, ignore_source: bool = False) -> dict[str, bytes]:
     """Every file under ``root`` (relative path -> bytes). With ``ignore_source`` the ``source`` entry (path and
-    fingerprint) is dropped from the files that record it, so compiles of two sources that must give the same
+    fingerprint) is dropped from the files that record it, and the episode fingerprints from the sidecars, so compiles of two sources that must give the same
     output (e.g. the same rows in another row-group layout) compare equal."""
     out = {}
     for p in sorted(root.rglob("*")):
@@ -24,6 +24,10 @@ def tree(root: Path, *, ignore_source: bool = False) -> dict[str, bytes]:
             if ignore_source and rel in _NAMES_SOURCE:
                 doc = json.loads(data)
                 doc.pop("source")
+                data = json.dumps(doc).encode()
+            elif ignore_source and rel.startswith(".roboreel-parts/shard-"):  # fingerprints hash the source files
+                doc = json.loads(data)
+                doc.pop("fingerprints", None)
                 data = json.dumps(doc).encode()
             out[rel] = data
     return out
