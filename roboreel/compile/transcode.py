@@ -162,6 +162,14 @@ def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) ->
     return frame
 
 
+class BelowFloor(Exception):
+    """An encode given up at its first frame under the floor (``encode_clip(give_up_below=...)``)."""
+
+    def __init__(self, worst: float, frames: int) -> None:
+        super().__init__(f"a frame at {worst:.2f} dB after {frames} frames")
+        self.worst, self.frames = worst, frames
+
+
 class _InFlightCheck:
     """PSNR of frames in RGB, checked as the encoder emits them: each packet is decoded here before it is muxed
     (an HEVC decoder primed with the encoder's parameter sets), and each decoded frame is compared with the
@@ -172,6 +180,7 @@ class _InFlightCheck:
         self.decoder: av.CodecContext | None = None
         self.pending: deque[tuple[int, np.ndarray | None]] = deque()
         self.scores: dict[int, float] = {}
+        self.worst = math.inf  # the lowest score so far
 
     def put(self, n: int, reference: np.ndarray | None) -> None:
         """Frame ``n`` goes into the encoder; ``reference`` (rgb24) is what it must come back as (None: not
@@ -186,13 +195,14 @@ class _InFlightCheck:
         for frame in self.decoder.decode(packet):
             n, reference = self.pending.popleft()
             if reference is not None:
-                self.scores[n] = psnr(reference, frame.to_ndarray(format="rgb24"))
+                self.scores[n] = score = psnr(reference, frame.to_ndarray(format="rgb24"))
+                self.worst = min(self.worst, score)
 
 
 def encode_clip(
     frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str, episode: int,
     progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None, method: str = FILTER,
-    stats_frames: Iterable[int] = (), lossless: bool = False,
+    stats_frames: Iterable[int] = (), lossless: bool = False, give_up_below: float | None = None,
 ) -> Clip:
     """Encode exactly ``length`` frames to an HEVC mp4 clip (see module doc); ``progress(1)`` after each frame.
     ``lossless``: x265 ``lossless=1`` instead of ``settings.crf`` (the floor's last rung, ``encode_with_floor``).
@@ -201,7 +211,9 @@ def encode_clip(
     the lowest PSNR of every frame checked (all of them while ``min_psnr`` is on; ``_InFlightCheck``). ``size``:
     (height, width) to
     resize to with ``method`` (compile/resize.py); ``stats_frames``: frames whose encoder input is kept as
-    downsampled RGB for the camera's stats (compile/stats.py), in ``Clip.stats_rgb``."""
+    downsampled RGB for the camera's stats (compile/stats.py), in ``Clip.stats_rgb``. ``give_up_below``: raise
+    BelowFloor as soon as a checked frame comes back under it (the floor's try at this CRF has failed: encoding
+    the rest of the episode would be wasted)."""
     buf = io.BytesIO()
     tb = Fraction(1, fps)
     want = set(sample_indices(length, settings.psnr_frames))
@@ -239,6 +251,8 @@ def encode_clip(
             n += 1
             if progress is not None:
                 progress(1)
+            if give_up_below is not None and check.worst < give_up_below:
+                raise BelowFloor(check.worst, n)
         if stream is None or check is None or n != length:
             raise RoboreelError(f"encoder got {n} frames for an episode of {length} ({where}, episode {episode})")
         for packet in stream.encode(None):
@@ -315,11 +329,19 @@ def encode_with_floor(
         # decode on a thread, ahead of x265; with a step, every source frame is decoded and every k-th kept
         frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
         try:
+            # a try at a CRF stops at its first frame under the floor: only the try that holds runs to the end
             clip = encode_clip(frames, length=kept, fps=video.fps // step,
                                settings=settings if crf is None else settings.replace(crf=crf), where=where,
                                episode=episode, progress=progress if attempt == 0 else None, size=size,
                                method=method, stats_frames=stats_sample_indices(kept) if stats else (),
-                               lossless=crf is None)
+                               lossless=crf is None,
+                               give_up_below=settings.min_psnr if crf is not None and settings.min_psnr > 0
+                               else None)
+        except BelowFloor as low:
+            if attempt == 0 and progress is not None:
+                progress(kept - low.frames)  # the bar counts each frame of the clip once
+            crf = next_crf(settings, crf, low.worst)
+            continue
         finally:
             frames.close()  # joins the decode thread before anyone touches `video` again
         if clip.psnr_min >= settings.min_psnr:
@@ -334,6 +356,8 @@ def encode_with_floor(
         if crf is None:
             break
         crf = next_crf(settings, crf, clip.psnr_min)
+    if clip is None:  # cannot happen: the last try is lossless, never given up
+        raise RoboreelError(f"no encode of the span finished ({where}, episode {episode})")
     raise RoboreelError(
         f"the x265 lossless encode reads back at {clip.psnr_min:.2f} dB PSNR, not equal to its input ({where}, "
         f"episode {episode})"
