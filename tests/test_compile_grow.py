@@ -172,3 +172,16 @@ def test_cli_json_reports_reuse(grown, tmp_path, capsys):
     assert doc["clips"]["encoded"] + doc["clips"]["copied"] == 6
     assert doc["bytes"]["out"] > 0 and doc["bytes"]["in"] > 0 and doc["psnr"]["min"] >= 40
     assert doc["finalized"] is True and doc["seconds"] >= 0
+
+
+def test_update_of_a_transforming_compile(grown, tmp_path):
+    """--fps and --resize: per-episode stats are recomputed from what was kept; an update carries the reused
+    clips' stats over, so stats.json and meta/episodes equal a fresh compile's."""
+    old, new, _ = grown
+    settings = TEST.replace(fps=10, resize=(32, 48))
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    compile_dataset(str(old), str(out), settings=settings, workers=1)
+    report = compile_dataset(str(new), str(out), settings=settings, workers=1)
+    assert (report.episodes_reused, report.episodes_compiled) == (4, 3)
+    compile_dataset(str(new), str(fresh), settings=settings, workers=1)
+    assert_same_compile(out, fresh)

@@ -101,7 +101,8 @@ def _harvest(out: str, old: dict[str, Any]) -> dict[str, Any]:
                 if not fp or fp in clips or span is None:
                     continue
                 info = dict(side["clips"][ep][cam])
-                stats = info.pop("stats", None)
+                # a transforming compile's camera stats: moved from the clip's json to the sidecar's "stats"
+                stats = info.pop("stats", None) or ((side.get("stats") or {}).get(ep) or {}).get(cam)
                 clips[fp] = {"tar": side["tar"]["path"], "offset": span[0], "size": span[1], "sha256": span[2],
                              "info": info, **({"stats": stats} if stats is not None else {})}
     return {"from": generation(old), "to": generation(old) + 1, "clips": clips, "episodes": episodes}
