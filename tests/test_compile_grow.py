@@ -185,3 +185,23 @@ def test_update_of_a_transforming_compile(grown, tmp_path):
     assert (report.episodes_reused, report.episodes_compiled) == (4, 3)
     compile_dataset(str(new), str(fresh), settings=settings, workers=1)
     assert_same_compile(out, fresh)
+
+
+def test_update_by_concurrent_part_jobs(grown, tmp_path):
+    """Two ``--part`` jobs of an update started together (a SLURM array): one makes the transition, both compile
+    their blocks, the last publishes; equal to a fresh compile."""
+    import subprocess
+    import sys
+
+    old, new, fresh = grown
+    out = tmp_path / "out"
+    compile_dataset(str(old), str(out), settings=TEST, workers=1)
+    cmd = [sys.executable, "-m", "roboreel.cli", "compile", str(new), str(out), "--workers", "1", "--preset",
+           "ultrafast", "--episodes-per-shard", "2", "--no-progress"]
+    jobs = [subprocess.Popen([*cmd, "--part", f"{k}/2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for k in range(2)]
+    results = [job.communicate(timeout=600) for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], results
+    if not (out / "roboreel.json").exists() or load_manifest(str(out)).source["generation"] != 2:
+        assert main(["compile", "--finalize", str(out)]) == 0  # both ended before the other's last shard
+    assert_same_compile(out, fresh)

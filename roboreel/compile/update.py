@@ -144,9 +144,9 @@ def begin_update(out: str, old: dict[str, Any], lock: dict[str, Any], state: dic
             atomic_write(os.path.join(out, sidecar_path(i)), (json.dumps(side, indent=1) + "\n").encode())
             kept += 1
         else:
-            _unlink(os.path.join(out, sidecar_path(i)))
+            _drop_old(out, i, generation(old))
     for i in old_sides:  # old shards past the new plan's end
-        _unlink(os.path.join(out, sidecar_path(i)))
+        _drop_old(out, i, generation(old))
     remove_clips_dir(out)  # unfinished clips of the old plan: their shard numbers mean other episodes now
     atomic_write(os.path.join(out, LOCK_NAME), (json.dumps({**lock, "generation": gen}, indent=1) + "\n").encode())
     log.info("updating %s to generation %d: %d of %d shards kept, %d clips reusable", out, gen, kept,
@@ -192,6 +192,14 @@ def remove_unused(out: str, *, keep: set[str], shards: int, chunks_size: int) ->
     if removed:
         log.info("%s: removed %d files of earlier compile generations", out, removed)
     return removed
+
+
+def _drop_old(out: str, shard: int, gen: int) -> None:
+    """Remove shard ``shard``'s sidecar if it is still of generation ``gen``: a concurrent ``--part`` job of the
+    same update may have written the new generation's there meanwhile, which must stay."""
+    side = _sidecar(out, shard)
+    if side is not None and side.get("generation", 1) == gen:
+        _unlink(os.path.join(out, sidecar_path(shard)))
 
 
 def _unlink(path: str) -> None:
