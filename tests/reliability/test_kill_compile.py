@@ -12,7 +12,6 @@ The default run does a CI-sized sweep; ``ROBOREEL_SLOW=1`` (or ``-m slow``) runs
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import shutil
@@ -168,17 +167,6 @@ def grow_sources(tmp_path_factory):
     return new, base, ref, time.monotonic() - t0
 
 
-def published_files_are_whole(out: Path) -> list[str]:
-    """The files the published roboreel.json names (index files, shard tars) that are missing or not whole."""
-    from roboreel.formats.manifest import load_manifest
-
-    m = load_manifest(str(out))
-    refs = [(s.path, s.size, s.sha256) for s in m.shards]
-    refs += [(r["path"], r["size"], r["sha256"]) for r in (m.index_files["shards"], *m.index_files["episodes"])]
-    return [rel for rel, size, sha in refs if not (out / rel).is_file() or (out / rel).stat().st_size != size
-            or hashlib.sha256((out / rel).read_bytes()).hexdigest() != sha]
-
-
 def test_kill_9_during_an_update_then_rerun_finishes_it(grow_sources, tmp_path):
     """Kill -9 while an update runs: at every instant the published roboreel.json (old or new) names whole
     files; the same command then finishes the update, byte-identical to an uninterrupted one, validate clean."""
@@ -198,7 +186,7 @@ def test_kill_9_during_an_update_then_rerun_finishes_it(grow_sources, tmp_path):
         finally:
             proc.wait()
         _group_gone(proc.pid)
-        assert published_files_are_whole(out) == [], trial
+        assert trusted_files_are_whole(out) == [], trial  # the published roboreel.json names whole files
         rerun = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert rerun.returncode == 0, rerun.stderr
         assert_same_tree(out, ref)
