@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from roboreel._version import __version__
 from roboreel.compile.imageclips import RGB8_CLIP_FORMATS, clip_keys
-from roboreel.compile.outdir import read_lock, snapshot_source
+from roboreel.compile.outdir import LOCK_NAME, read_lock, snapshot_source
 from roboreel.compile.pack import atomic_write, remove_stale_temps
 from roboreel.compile.plan import camera_hw
 from roboreel.compile.resample import frame_step, kept_length
@@ -30,7 +30,7 @@ from roboreel.compile.resize import transform_record
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import entry_from_dict, shard_done
 from roboreel.compile.stats import dataset_stats, episode_columns
-from roboreel.compile.update import generation, index_dir, remove_unused
+from roboreel.compile.update import UPDATE_NAME, generation, index_dir, remove_unused
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.depth import DEPTH_CHANNELS, is_depth
 from roboreel.formats.errors import CompiledFormatError
@@ -214,8 +214,10 @@ def finalize(out: str) -> Manifest:
     info = snap.info
     cams = clip_keys(info.features, settings)  # video features, and image features made clips
     for rel in (v3.INFO_PATH, v3.TASKS_PATH, v3.STATS_PATH, v3.EPISODES_PATH.format(chunk_index=0, file_index=0),
-                MANIFEST_NAME):
-        remove_stale_temps(os.path.join(out, rel))  # left by a finalize that was killed
+                MANIFEST_NAME, LOCK_NAME, UPDATE_NAME):
+        # left by a finalize that was killed, or by a run killed while it wrote the lock or an update's state
+        # (every shard is done: no run writes either any more)
+        remove_stale_temps(os.path.join(out, rel))
     for d, _, names in os.walk(os.path.join(out, index_dir(generation(lock)))):
         for name in names:
             if name.startswith(".") and name.endswith(".tmp"):
