@@ -39,37 +39,49 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     d = CompileSettings()
     p = sub.add_parser("compile", help="compile a LeRobot v3 dataset into HEVC episode tar shards",
-                       description=__doc__)
-    p.add_argument("paths", nargs="+", metavar="SRC OUT",
-                   help="source dataset (path or fsspec URL: hf://datasets/..., s3://, file://) and output "
-                        "directory; with --finalize, only OUT")
+                       description=__doc__, usage="roboreel compile SRC OUT [options]\n"
+                                                  "       roboreel compile --finalize OUT")
+    p.add_argument("src", nargs="?", metavar="SRC",
+                   help="source dataset: path or fsspec URL (hf://datasets/..., s3://, file://)")
+    p.add_argument("out", nargs="?", metavar="OUT",
+                   help="output directory; one holding a compile of an earlier state of SRC with the same settings "
+                        "is updated: unchanged episodes reused, new and changed ones compiled (docs/incremental.md)")
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                    help="parallel encodes, one (episode, camera) clip each (default: the CPUs this process may "
                         "use, %(default)s here)")
-    p.add_argument("--part", default=None, metavar="K/N", help="compile only block K of N (0 <= K < N)")
-    p.add_argument("--finalize", action="store_true", help="only write meta/ + roboreel.json for OUT")
+    p.add_argument("--part", default=None, metavar="K/N",
+                   help="compile only block K of N of the shards (0 <= K < N, e.g. a SLURM array task id; default: "
+                        "all)")
+    p.add_argument("--finalize", metavar="OUT", default=None,
+                   help="only write meta/ + roboreel.json of OUT, once every part is done (default: the last part "
+                        "to finish does it)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (episodes compiled and reused, clips, PSNR, bytes, seconds) instead "
+                        "of the summary (default: the summary)")
     p.add_argument("--crf", type=int, default=d.crf, help=f"x265 CRF (default {d.crf})")
     p.add_argument("--preset", default=d.preset, choices=X265_PRESETS, help=f"x265 preset (default {d.preset})")
     p.add_argument("--gop", type=int, default=d.gop, help=f"keyframe interval in frames (default {d.gop})")
     p.add_argument("--bframes", type=int, default=d.bframes, help=f"B-frames (default {d.bframes})")
-    p.add_argument("--codec", default=d.codec, choices=["hevc"], help="output codec")
-    p.add_argument("--reencode", action="store_true", help="re-encode HEVC/H.264 sources instead of copying")
+    p.add_argument("--codec", default=d.codec, choices=["hevc"], help=f"output codec (default {d.codec})")
+    p.add_argument("--reencode", action="store_true",
+                   help="re-encode HEVC/H.264 sources instead of copying (default: copy where it is exact)")
     p.add_argument("--resize", type=_size, action="append", default=None, metavar="[CAMERA=]HxW",
                    help="resize every camera to HxW, or CAMERA to HxW (repeatable; a camera's own size wins); "
                         "antialiased like torchvision's resize(antialias=True), depth maps nearest neighbour "
-                        "(docs/format.md, Resize and frame rate)")
+                        "(docs/format.md, Resize and frame rate; default: the source's size)")
     p.add_argument("--fps", type=int, default=None, metavar="N",
                    help="output frame rate N, dividing the source's: each episode keeps frames 0, k, 2k, ... "
-                        "(k = source fps / N); rows, indices, timestamps and stats follow")
+                        "(k = source fps / N); rows, indices, timestamps and stats follow (default: the source's)")
     p.add_argument("--shard-size-mb", type=float, default=d.shard_size_mb,
                    help=f"upper bound on a shard's size (default {d.shard_size_mb:g} MB); the shard count is "
                         "then rounded up to a multiple of 24 (or 8, 4, 2) so readers split shards evenly")
     p.add_argument("--episodes-per-shard", type=int, default=None,
-                   help="fixed episodes per shard (overrides the size-based plan)")
+                   help="fixed episodes per shard (overrides the size-based plan; default: size-based)")
     p.add_argument("--loop-filters", action="store_true",
                    help="keep HEVC's in-loop filters (deblocking, SAO): ~+0.6 dB PSNR, ~25%% more CPU decode per "
                         "frame (default off: docs/format.md, Encoding)")
-    p.add_argument("--psnr-frames", type=int, default=d.psnr_frames, help="frames per clip sampled for PSNR")
+    p.add_argument("--psnr-frames", type=int, default=d.psnr_frames,
+                   help=f"frames per clip sampled for the PSNR report (default {d.psnr_frames})")
     p.add_argument("--min-psnr", type=float, default=d.min_psnr,
                    help=f"fidelity floor (dB) of every re-encoded frame, in RGB against the source decode: lower CRFs "
                         f"are tried, then x265 lossless (default {d.min_psnr:g}; 0 turns it off)")
@@ -88,8 +100,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backoff-s", type=float, default=DEFAULT_BACKOFF_S,
                    help="wait before the first retry, doubled for each further one, at most 10 s "
                         f"(default {DEFAULT_BACKOFF_S})")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing compile in OUT")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a compile of another source or other settings in OUT (default: refuse)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar on stderr)")
     p.set_defaults(func=run)
 
 
@@ -97,16 +110,16 @@ def run(args: argparse.Namespace) -> int:
     from roboreel.compile import CompileSettings, compile_dataset, finalize
     from roboreel.compile.plan import parse_part
 
-    if args.finalize:
-        if len(args.paths) != 1:
+    if args.finalize is not None:
+        if args.src is not None or args.out is not None:
             raise ValueError("--finalize takes only OUT: roboreel compile --finalize OUT")
-        m = finalize(args.paths[0])
-        print(f"finalized {args.paths[0]}: {len(m.episodes)} episodes, {m.total_frames} frames, "
+        m = finalize(args.finalize)
+        print(f"finalized {args.finalize}: {len(m.episodes)} episodes, {m.total_frames} frames, "
               f"{len(m.shards)} shards, {sum(s.size for s in m.shards) / 1e6:.1f} MB")
         return 0
-    if len(args.paths) != 2:
+    if args.src is None or args.out is None:
         raise ValueError("compile needs SRC and OUT: roboreel compile SRC OUT")
-    src, out = args.paths
+    src, out = args.src, args.out
     settings = CompileSettings(
         codec=args.codec, crf=args.crf, preset=args.preset, gop=args.gop, bframes=args.bframes,
         reencode=args.reencode, **resize_settings(args.resize), fps=args.fps, shard_size_mb=args.shard_size_mb,
@@ -115,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
     )
     report = compile_dataset(
         src, out, settings=settings, workers=args.workers,
-        part=parse_part(args.part) if args.part else None, progress=not args.no_progress,
+        part=parse_part(args.part) if args.part else None, progress=not (args.no_progress or args.json),
         overwrite=args.overwrite, retries=args.retries, backoff_s=args.backoff_s,
     )
-    print(report.summary())
+    print(report.to_json() if args.json else report.summary(), end="" if args.json else "\n")
     return 0

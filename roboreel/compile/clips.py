@@ -134,6 +134,18 @@ def clip_done(out: str, shard: int, episode: int, camera: str, source_file: dict
     return doc if size == doc.get("size") else None
 
 
+def read_reused(out: str, where: dict[str, Any]) -> bytes | None:
+    """A clip of OUT's previous compile generation, from its old tar (compile/update.py), or None when its bytes
+    are not there intact (then it is made again)."""
+    try:
+        with open(os.path.join(out, where["tar"]), "rb") as f:
+            f.seek(where["offset"])
+            data = f.read(where["size"])
+    except OSError:
+        return None
+    return data if len(data) == where["size"] and sha256_hex(data) == where["sha256"] else None
+
+
 def read_clip(out: str, shard: int, episode: int, camera: str, doc: dict[str, Any]) -> bytes | None:
     """A finished clip's bytes, or None if they no longer match its json (then it is made again)."""
     mp4, _ = clip_paths(shard, episode, camera)

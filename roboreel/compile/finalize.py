@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from roboreel._version import __version__
 from roboreel.compile.imageclips import RGB8_CLIP_FORMATS, clip_keys
-from roboreel.compile.outdir import read_lock, snapshot_source
+from roboreel.compile.outdir import LOCK_NAME, read_lock, snapshot_source
 from roboreel.compile.pack import atomic_write, remove_stale_temps
 from roboreel.compile.plan import camera_hw
 from roboreel.compile.resample import frame_step, kept_length
@@ -30,10 +30,11 @@ from roboreel.compile.resize import transform_record
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import entry_from_dict, shard_done
 from roboreel.compile.stats import dataset_stats, episode_columns
+from roboreel.compile.update import UPDATE_NAME, generation, index_dir, remove_unused
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.depth import DEPTH_CHANNELS, is_depth
 from roboreel.formats.errors import CompiledFormatError
-from roboreel.formats.index import INDEX_DIR, FileIndex
+from roboreel.formats.index import FileIndex
 from roboreel.formats.index_write import IndexWriter
 from roboreel.formats.lerobot_v3 import read_parquet
 from roboreel.formats.manifest import MANIFEST_NAME, CameraSpec, Manifest, write_manifest
@@ -64,6 +65,7 @@ class _Cameras:
                                                     "pix_fmt": set()}
                                                 for c in cams}
         self.stats: dict[int, dict[str, Any]] = {}  # episode -> its stats, when the compile transformed (stats.py)
+        self.tars: list[str] = []  # the shard tars, in shard order
 
     def add(self, side: dict[str, Any]) -> None:
         self.stats.update({int(ep): st for ep, st in (side.get("stats") or {}).items()})
@@ -99,14 +101,14 @@ def write_shard_index(out: str, lock: dict[str, Any], cams: list[str]) -> tuple[
     camera facts gathered. Memory holds one sidecar and two int arrays (episode -> shard), not every entry.
     Returns the index descriptor, the camera facts, and the episode ids with their shards. Raises
     CompiledFormatError listing the shards not (completely) compiled yet."""
-    planned = lock["shards"]
-    writer, acc = IndexWriter(out), _Cameras(cams)
+    planned, gen = lock["shards"], generation(lock)
+    writer, acc = IndexWriter(out, index_dir(gen)), _Cameras(cams)
     missing: list[int] = []
     ids: list[int] = []
     shard_of: list[int] = []
     try:
         for i, plan in enumerate(planned):
-            side = shard_done(out, i)
+            side = shard_done(out, i, gen)
             if side is None:
                 missing.append(i)
                 continue
@@ -116,6 +118,7 @@ def write_shard_index(out: str, lock: dict[str, Any], cams: list[str]) -> tuple[
                 raise CompiledFormatError(f"shard {i} holds episodes {side['episodes']}, the plan says {plan}",
                                           file=os.path.join(out, side["tar"]["path"]))
             acc.add(side)
+            acc.tars.append(side["tar"]["path"])
             entries = sorted((entry_from_dict(e) for e in side["entries"]), key=lambda e: e.index)
             writer.add_shard(side["tar"]["path"], side["tar"]["size"], side["tar"]["sha256"], entries)
             ids.extend(e.index for e in entries)
@@ -211,9 +214,11 @@ def finalize(out: str) -> Manifest:
     info = snap.info
     cams = clip_keys(info.features, settings)  # video features, and image features made clips
     for rel in (v3.INFO_PATH, v3.TASKS_PATH, v3.STATS_PATH, v3.EPISODES_PATH.format(chunk_index=0, file_index=0),
-                MANIFEST_NAME):
-        remove_stale_temps(os.path.join(out, rel))  # left by a finalize that was killed
-    for d, _, names in os.walk(os.path.join(out, INDEX_DIR)):
+                MANIFEST_NAME, LOCK_NAME, UPDATE_NAME):
+        # left by a finalize that was killed, or by a run killed while it wrote the lock or an update's state
+        # (every shard is done: no run writes either any more)
+        remove_stale_temps(os.path.join(out, rel))
+    for d, _, names in os.walk(os.path.join(out, index_dir(generation(lock)))):
         for name in names:
             if name.startswith(".") and name.endswith(".tmp"):
                 os.unlink(os.path.join(d, name))
@@ -253,12 +258,15 @@ def finalize(out: str) -> Manifest:
         features=features,
         cameras=specs,
         tasks=tasks,
-        source={**lock["source"], "codebase_version": info.raw.get("codebase_version")},
+        source={**lock["source"], "codebase_version": info.raw.get("codebase_version"),
+                "generation": generation(lock)},  # + 1 per update (update.py): a reader names the change
         settings={**settings.to_dict(), **transform_record(settings, info, specs, {c: camera_hw(info.features[c]) for c in cams}), "container": "mp4", "x265_params": {
             c.key: settings.x265_params(height=c.height, width=c.width) for c in specs if c.gop is not None}},
         created_by=f"roboreel {__version__}",
         index_files=descriptor,
         index=FileIndex(out, descriptor),
     )
-    write_manifest(out, manifest)
+    write_manifest(out, manifest)  # the publication: one rename (formats/atomic.py)
+    remove_unused(out, keep=set(cameras.tars) | {descriptor["shards"]["path"]} | {r["path"] for r in
+                  descriptor["episodes"]}, shards=len(lock["shards"]), chunks_size=int(lock["chunks_size"]))
     return manifest

@@ -82,23 +82,36 @@ def _settings(d: dict[str, Any]) -> dict[str, Any]:
         return dict(d)
 
 
-def check_source_files(out: str, lock: dict[str, Any], shard_files: list[set[str]]) -> None:
-    """On a resume: refuse when a source file changed (content, even at the same size) since a finished shard
-    was compiled from it, naming the file and the shard; a changed file that only unfinished shards read is
-    fine (a user fixing a broken file and rerunning), and the lock then records its new checksum."""
-    old = read_lock(out)
+def finished_changed(out: str, old: dict[str, Any] | None, lock: dict[str, Any],
+                     shard_files: list[set[str]]) -> list[tuple[str, str, int]]:
+    """(file, what changed, shard) for each source file that changed (content, even at the same size) since a
+    finished shard of OUT was compiled from it. Such a shard must not be kept as it is: the run becomes an update
+    (compile/update.py), which recompiles what the file holds."""
     if old is None or "files" not in old["source"] or "files" not in lock["source"]:
-        return  # a fresh OUT, or a lock from before content checksums
-    changed = changed_files(old["source"]["files"], lock["source"]["files"])
-    if not changed:
-        return
-    for rel, what in changed:
+        return []  # a fresh OUT, or a lock from before content checksums
+    found = []
+    for rel, what in changed_files(old["source"]["files"], lock["source"]["files"]):
         for shard, files in enumerate(shard_files):
             if rel in files and os.path.exists(os.path.join(out, sidecar_path(shard))):
-                raise SourceError(
-                    f"changed ({what}) since shard {shard} in {out} was compiled from it; a resume would mix "
-                    "two versions of the file: restore it, or pass --overwrite to recompile", file=rel)
-    atomic_write(os.path.join(out, LOCK_NAME), (json.dumps({**old, "source": lock["source"]}, indent=1) + "\n").encode())
+                found.append((rel, what, shard))
+    return found
+
+
+def check_source_files(out: str, lock: dict[str, Any], shard_files: list[set[str]]) -> None:
+    """On a resume: refuse when a source file changed since a finished shard was compiled from it, naming the
+    file and the shard (compile_dataset turns that case into an update first, so this is the last guard); a
+    changed file that only unfinished shards read is fine (a user fixing a broken file and rerunning), and the
+    lock then records its new checksum."""
+    old = read_lock(out)
+    if old is None or "files" not in old["source"] or "files" not in lock["source"]:
+        return
+    for rel, what, shard in finished_changed(out, old, lock, shard_files):
+        raise SourceError(
+            f"changed ({what}) since shard {shard} in {out} was compiled from it; a resume would mix "
+            "two versions of the file: restore it, or pass --overwrite to recompile", file=rel)
+    if changed_files(old["source"]["files"], lock["source"]["files"]):
+        atomic_write(os.path.join(out, LOCK_NAME),
+                     (json.dumps({**old, "source": lock["source"]}, indent=1) + "\n").encode())
 
 
 def is_compile_dir(out: str) -> bool:
@@ -155,7 +168,8 @@ def _read_bytes(path: str) -> bytes | None:
 
 
 def write_snapshot(out: str, source: LeRobotSource) -> None:
-    """Copy the source's meta/ files (info, tasks, stats, episodes) under OUT/.roboreel-parts/source/."""
+    """Copy the source's meta/ files (info, tasks, stats, episodes) under OUT/.roboreel-parts/source/, and
+    remove any other file there."""
     rels = [v3.INFO_PATH, v3.TASKS_PATH, *source.episode_files()]
     if source.stats is not None:  # not ``exists``: over HTTP a transient fault would drop the stats silently
         rels.append(v3.STATS_PATH)
@@ -165,6 +179,13 @@ def write_snapshot(out: str, source: LeRobotSource) -> None:
             data = f.read()
         if _read_bytes(dest) != data:
             atomic_write(dest, data)
+    # an update (compile/update.py) from a source whose meta/ had other files: none of them may stay
+    root = os.path.join(out, SNAPSHOT_DIR)
+    for d, _, names in os.walk(root):
+        for name in names:
+            rel = os.path.relpath(os.path.join(d, name), root).replace(os.sep, "/")
+            if rel not in rels and not name.endswith(TMP_SUFFIX):
+                os.unlink(os.path.join(d, name))
 
 
 def snapshot_source(out: str) -> LeRobotSource:

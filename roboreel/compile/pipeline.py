@@ -19,17 +19,23 @@ of OUT and "rerun the same command" (when step 1 fails that way, nothing was wri
 from __future__ import annotations
 
 import logging
-import math
 import os
-import re
 import shutil
 import time
-from dataclasses import dataclass, field
 
 from roboreel.compile.clips import clip_done, remove_clips, remove_clips_dir, sweep_clip_temps
 from roboreel.compile.finalize import finalize as finalize_out
+from roboreel.compile.fingerprint import episode_fingerprints
 from roboreel.compile.imageclips import clip_keys, kept_images
-from roboreel.compile.outdir import check_source_files, make_lock, prepare_out, write_snapshot
+from roboreel.compile.outdir import (
+    check_source_files,
+    finished_changed,
+    lock_mismatch,
+    make_lock,
+    prepare_out,
+    read_lock,
+    write_snapshot,
+)
 from roboreel.compile.plan import (
     check_encodable,
     check_part,
@@ -38,11 +44,13 @@ from roboreel.compile.plan import (
     part_shards,
     plan_shards,
 )
+from roboreel.compile.report import CompileReport, make_report
 from roboreel.compile.resample import frame_step, kept_length
 from roboreel.compile.schedule import run_inline, run_pool
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import ShardJob, forget_sources, shard_done, sweep_temps
 from roboreel.compile.sourcefiles import episode_files, source_files
+from roboreel.compile.update import begin_update, generation, plan_update, read_state, reuse_for
 from roboreel.formats.errors import RoboreelError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, http_defaults
@@ -54,64 +62,6 @@ log = logging.getLogger(__name__)
 # per frame for single-threaded x265 veryfast: decode is ~5% of a clip's work and already runs beside the
 # encoder (overlap.py); more decoder threads only take CPU from the other workers' encoders.
 DECODE_THREADS = 1
-
-
-@dataclass
-class CompileReport:
-    """What a compile run did. Counts cover this run's part (all shards without ``part``)."""
-
-    out: str
-    episodes: int
-    frames: int
-    shards: int  # shards in this part
-    shards_total: int  # shards in the whole dataset
-    shards_compiled: int  # compiled by this run
-    shards_skipped: int  # already complete (resume)
-    clips_encoded: int
-    clips_remuxed: int
-    bytes: int  # shard bytes of this part
-    psnr_mean: float | None  # dB over the sampled frames of re-encoded clips (None when none were re-encoded)
-    psnr_min: float | None
-    seconds: float
-    frames_per_s: float  # episode frames compiled by this run per wall-clock second (each has `cameras` images)
-    finalized: bool
-    cameras: int = 0
-    part: tuple[int, int] | None = None
-    psnr_per_camera: dict[str, float] = field(default_factory=dict)
-    input_bytes: int = 0  # the source bytes (video + rows) of this part's episodes
-    clips_reused: int = 0  # clips an earlier, interrupted run had finished (not made again)
-    reencode_reasons: dict[str, int] = field(default_factory=dict)  # why clips were re-encoded -> how many
-    clips_lossless: int = 0  # clips proven identical to the source decode (stream copies, lossless depth)
-    images_kept: dict[str, str] = field(default_factory=dict)  # image features --images clips left encoded: why
-    frames_out: int | None = None  # frames written, when --fps kept fewer than ``frames`` (source frames)
-    fps_out: int | None = None
-
-    @property
-    def size_ratio(self) -> float | None:
-        """Output bytes / source bytes of this part's episodes."""
-        return self.bytes / self.input_bytes if self.input_bytes else None
-
-    def summary(self) -> str:
-        psnr = (f"PSNR mean {self.psnr_mean:.2f} dB, min {self.psnr_min:.2f} dB" if self.psnr_mean is not None
-                else "PSNR n/a (no re-encoded clips)")
-        part = f" (part {self.part[0]}/{self.part[1]})" if self.part else ""
-        ratio = self.size_ratio
-        size = f"{self.bytes / 1e6:.1f} MB" + (f" ({ratio:.2f}x the source's {self.input_bytes / 1e6:.1f} MB)"
-                                               if ratio is not None else "")
-        return (
-            f"{self.out}{part}: {self.episodes} episodes, {self.frames} frames"
-            + (f" ({self.frames_out} kept at {self.fps_out} fps)" if self.frames_out is not None else "")
-            + f", {self.shards} shards "
-            f"({self.shards_compiled} compiled, {self.shards_skipped} already done), {size}; "
-            f"clips: {self.clips_encoded} encoded, {self.clips_remuxed} stream-copied"
-            + (f" ({self.clips_reused} kept from an interrupted run)" if self.clips_reused else "")
-            + (f", {self.clips_lossless} lossless" if self.clips_lossless else "")
-            + "".join(f"; {n} re-encoded: {why}" for why, n in sorted(self.reencode_reasons.items()) if why)
-            + "".join(f"; image feature {k} kept as encoded images: {why}" for k, why in self.images_kept.items())
-            + f"; {psnr}; "
-            f"{self.seconds:.1f}s, {self.frames_per_s:.0f} frames/s x {self.cameras} cameras; "
-            + ("manifest written" if self.finalized else "not finalized (other parts missing)")
-        )
 
 
 def _local_out(out: str) -> str:
@@ -172,19 +122,30 @@ def compile_dataset(
         chunks_size = int(source.info.raw.get("chunks_size") or 1000)
         lock = make_lock(url=source.url, fingerprint=source.fingerprint(), settings=settings,
                          chunks_size=chunks_size, shards=plan, files=source_files(source, threads=max(2, workers)))
+        cams = clip_keys(source.info.features, settings)
+        prints = episode_fingerprints(source, settings, cams, lock["source"]["files"])
     except SourceReadError as e:  # the network, not the source: the same command is the fix, as below
         raise _rerun_hint(e, f"nothing was written to {out}: rerun the same command to try again") from e
     mine = part_shards(len(plan), part)
     existed = os.path.isdir(out)
+    old = read_lock(out) if existed and not overwrite else None
+    shard_files = [episode_files(source, shard) for shard in plan]
+    if old is not None and (lock_mismatch(old, lock) or finished_changed(out, old, lock, shard_files)):
+        # an earlier state of this source (grown, shrunk, or a file a finished shard read changed): update.py
+        state = plan_update(out, old, lock, prints)
+        if state is not None:
+            begin_update(out, old, lock, state, prints)
     fresh = prepare_out(out, lock, overwrite=overwrite)
     if not fresh:
-        check_source_files(out, lock, [episode_files(source, shard) for shard in plan])
+        check_source_files(out, lock, shard_files)
+    gen = generation(read_lock(out))
+    state = read_state(out, gen) if gen > 1 else None
     try:
         write_snapshot(out, source)
         todo = []
         for i in mine:
-            sweep_temps(out, i, chunks_size)
-            if shard_done(out, i) is None:
+            sweep_temps(out, i, chunks_size, gen)
+            if shard_done(out, i, gen) is None:
                 sweep_clip_temps(out, i)
                 todo.append(i)
             else:
@@ -195,11 +156,12 @@ def compile_dataset(
             ShardJob(src=source.url, storage_options=storage_options, out=out, shard=i, episodes=tuple(plan[i]),
                      settings=settings, chunks_size=chunks_size, decode_threads=DECODE_THREADS,
                      files={rel: files[rel] for rel in sorted(episode_files(source, plan[i])) if rel in files},
-                     retries=retries, backoff_s=backoff_s)
+                     retries=retries, backoff_s=backoff_s, generation=gen,
+                     fingerprints={e: prints[e] for e in plan[i]}, reuse=reuse_for(state, prints, plan[i]))
             for i in todo
         ]
-        cams = clip_keys(source.info.features, settings)
-        clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in cams]
+        clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in cams
+                             if prints[ep]["clips"].get(cam) not in job.reuse]  # reused: copied when packing
                  for job in jobs}
         planned_clips = sum(map(len, clips.values()))
         clips = {shard: [c for c in cs if clip_done(out, c.shard, c.episode, c.camera, c.source_file) is None]
@@ -228,13 +190,14 @@ def compile_dataset(
         # Anything else (a full disk, a file-size limit, a bug) still gets one line saying what happened to OUT.
         kept = f"removed what it had written to {out}" if cleaned else f"finished shards and clips stay in {out}; a rerun resumes"
         raise RoboreelError(f"compile stopped by {type(e).__name__}: {e} ({kept})") from e
-    done_all = finalize and all(shard_done(out, i) is not None for i in range(len(plan)))
+    done_all = finalize and all(shard_done(out, i, gen) is not None for i in range(len(plan)))
     if finalize and part is None and not done_all:
         raise RoboreelError(f"compile of {out} finished but shards are missing (another writer in OUT?)")
     if done_all:
         remove_clips_dir(out)
         finalize_out(out)
-    report = _report(out, plan, mine, len(todo), part, done_all, lengths, work_frames, time.perf_counter() - t0)
+    report = make_report(out, plan, mine, len(todo), part, done_all, lengths, work_frames, time.perf_counter() - t0,
+                     gen, {e for j in jobs for e in j.episodes})
     report.cameras = len(clip_keys(source.info.features, settings))
     report.images_kept = kept_images(source.info.features, settings)
     report.input_bytes = round(sum(in_bytes[e] for i in mine for e in plan[i]))
@@ -265,44 +228,3 @@ def _empty(out: str, *, remove_dir: bool) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             os.unlink(path)
-
-
-def _report(out: str, plan: list[list[int]], mine: list[int], compiled: int, part: tuple[int, int] | None,
-            finalized: bool, lengths: dict[int, int], work_frames: int, seconds: float) -> CompileReport:
-    sides = [shard_done(out, i) for i in mine]
-    values: list[float] = []
-    per_cam: dict[str, list[float]] = {}
-    floor_min: list[float] = []  # each re-encoded clip's lowest PSNR over every frame checked (transcode.py)
-    encoded = remuxed = lossless = 0
-    reasons: dict[str, int] = {}
-    for side in sides:
-        if side is None:
-            continue
-        for clips in side["clips"].values():
-            for cam, c in clips.items():
-                lossless += bool(c.get("lossless"))
-                if c["mode"] == "encode" and c.get("why"):
-                    reason = re.sub(r"\b\d+\b", "N", c["why"])  # one line per kind of reason, not per GOP length
-                    reasons[reason] = reasons.get(reason, 0) + 1
-                if c["mode"] == "remux":
-                    remuxed += 1
-                    continue
-                encoded += 1
-                finite = [p for p in c["psnr"] if p is not None]
-                values += finite
-                if c.get("psnr_min") is not None:
-                    floor_min.append(c["psnr_min"])
-                per_cam.setdefault(cam, []).extend(finite)
-    frames = sum(lengths[e] for i in mine for e in plan[i])
-    return CompileReport(
-        out=out, episodes=sum(len(plan[i]) for i in mine), frames=frames, shards=len(mine),
-        shards_total=len(plan), shards_compiled=compiled, shards_skipped=len(mine) - compiled,
-        clips_encoded=encoded, clips_remuxed=remuxed,
-        bytes=sum(s["tar"]["size"] for s in sides if s is not None),
-        psnr_mean=sum(values) / len(values) if values else None,
-        psnr_min=min(values + floor_min) if values or floor_min else None,
-        reencode_reasons=reasons, clips_lossless=lossless,
-        seconds=seconds, frames_per_s=work_frames / seconds if seconds > 0 else math.inf,
-        finalized=finalized, part=part,
-        psnr_per_camera={cam: sum(v) / len(v) for cam, v in per_cam.items() if v},
-    )

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from roboreel.compile.clips import (
@@ -24,6 +24,7 @@ from roboreel.compile.clips import (
     forget_sources,
     make_clip,
     read_clip,
+    read_reused,
     remove_clips,
     worker_source,
 )
@@ -41,7 +42,7 @@ from roboreel.formats.shard import EpisodeRecord, file_sha256, rows_digest, shar
 from roboreel.formats.table_features import check_image_columns, image_keys
 from roboreel.formats.transient import DEFAULT_BACKOFF_S
 
-__all__ = ["PARTS_DIR", "ShardJob", "forget_sources", "run_shard", "shard_done", "sweep_temps"]
+__all__ = ["PARTS_DIR", "ShardJob", "forget_sources", "run_shard", "shard_done", "sweep_temps", "tar_path"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,9 @@ class ShardJob:
     decode_threads: int = 1
     retries: int | None = None  # transient faults of remote source reads retried (LeRobotSource)
     backoff_s: float = DEFAULT_BACKOFF_S
+    generation: int = 1  # OUT's compile generation (update.py): names the tar, marks the sidecar
+    fingerprints: dict[int, dict[str, Any]] = field(default_factory=dict)  # episode -> fingerprint.py's
+    reuse: dict[str, dict[str, Any]] = field(default_factory=dict)  # clip fingerprint -> its bytes in an old tar
 
     def clip_job(self, source: LeRobotSource, episode: int, camera: str) -> ClipJob:
         ep = source.episode(episode)
@@ -79,23 +83,33 @@ class ShardJob:
                        decode_threads=self.decode_threads, retries=self.retries, backoff_s=self.backoff_s)
 
 
-def shard_files(shard: int, chunks_size: int) -> tuple[str, str, str]:
+def tar_path(shard: int, generation: int = 1) -> str:
+    """A shard's tar: ``shards/shard-000042.tar`` in a first compile, ``shards/shard-000042.g000003.tar`` when
+    an update (update.py) makes generation 3, so it never overwrites a tar the published manifest names."""
+    base = shard_path(shard)
+    return base if generation == 1 else f"{base[:-len('.tar')]}.g{generation:06d}.tar"
+
+
+def shard_files(shard: int, chunks_size: int, generation: int = 1) -> tuple[str, str, str]:
     """(tar, data parquet, sidecar) of a shard, relative to OUT."""
-    return shard_path(shard), data_path(shard, chunks_size), sidecar_path(shard)
+    return tar_path(shard, generation), data_path(shard, chunks_size), sidecar_path(shard)
 
 
-def sweep_temps(out: str, shard: int, chunks_size: int) -> int:
+def sweep_temps(out: str, shard: int, chunks_size: int, generation: int = 1) -> int:
     """Remove temp files a killed writer of this shard left behind; returns how many."""
-    return sum(remove_stale_temps(os.path.join(out, rel)) for rel in shard_files(shard, chunks_size))
+    return sum(remove_stale_temps(os.path.join(out, rel)) for rel in shard_files(shard, chunks_size, generation))
 
 
-def shard_done(out: str, shard: int) -> dict[str, Any] | None:
-    """The shard's sidecar if the shard is complete: sidecar present, its files present with the recorded sizes
-    and sha256 (a resume re-reads finished shards once, so bit rot or a stray write is recompiled, not kept)."""
+def shard_done(out: str, shard: int, generation: int | None = None) -> dict[str, Any] | None:
+    """The shard's sidecar if the shard is complete: sidecar present (of compile ``generation``, when given), its
+    files present with the recorded sizes and sha256 (a resume re-reads finished shards once, so bit rot or a
+    stray write is recompiled, not kept)."""
     try:
         with open(os.path.join(out, sidecar_path(shard)), "rb") as f:
             side = json.loads(f.read())
     except (FileNotFoundError, ValueError):
+        return None
+    if generation is not None and side.get("generation", 1) != generation:
         return None
     for key in ("tar", "data"):
         try:
@@ -112,8 +126,9 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
     the clips made here, n more camera frames."""
     t0 = time.perf_counter()
     source = worker_source(job.src, job.storage_options, retries=job.retries, backoff_s=job.backoff_s)
-    tar_rel, data_rel, side_rel = shard_files(job.shard, job.chunks_size)
-    sweep_temps(job.out, job.shard, job.chunks_size)
+    tar_rel, data_rel, side_rel = shard_files(job.shard, job.chunks_size, job.generation)
+    sweep_temps(job.out, job.shard, job.chunks_size, job.generation)
+    reused: list[int] = []
     entries, clips_info, tables, stats = [], {}, [], {}
     step = frame_step(source.fps, job.settings.fps)
     grid = {e.index: e for e in resample_episodes(source.episodes, step)}  # lengths and indices on the new grid
@@ -125,7 +140,9 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
                                  fps=source.fps // step)
             check_image_columns(rows, image_keys(source.info.features), file=src_ep.data_path, episode=src_ep.index)
             rows = rows.drop_columns([c for c in cams if c in rows.column_names])  # image features made clips
-            record, clips_info[str(ep.index)] = _episode_record(source, ep, rows, job, cams, on_frames)
+            record, clips_info[str(ep.index)], all_reused = _episode_record(source, ep, rows, job, cams, on_frames)
+            if all_reused:
+                reused.append(ep.index)
             if job.settings.transforms:  # stats of what was kept (stats.py): rows here, cameras from the clips
                 stats[str(ep.index)] = {**stats_json(rows_stats(rows, source.info.features)),
                                         **{cam: c.pop("stats") for cam, c in clips_info[str(ep.index)].items()}}
@@ -139,6 +156,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
         writer.commit()
     side = {
         "shard": job.shard,
+        "generation": job.generation,
         "episodes": list(job.episodes),
         "frames": sum(e.length for e in entries),
         "tar": {"path": tar_rel, "size": writer.size, "sha256": writer.sha256},
@@ -146,6 +164,8 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
         "entries": [asdict(e) for e in entries],
         "clips": clips_info,
         **({"stats": stats} if job.settings.transforms else {}),
+        "fingerprints": {str(e): job.fingerprints[e] for e in job.episodes if e in job.fingerprints},
+        "reused": reused,  # episodes whose clips all came from OUT's previous generation (update.py)
     }
     atomic_write(os.path.join(job.out, side_rel), (json.dumps(side, indent=1) + "\n").encode())
     remove_clips(job.out, job.shard)
@@ -154,37 +174,49 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
 
 
 def _clip(source: LeRobotSource, job: ShardJob, episode: int, camera: str,
-          on_frames: Callable[[int], None] | None) -> tuple[bytes, dict[str, Any]]:
-    """A clip's bytes and json: the finished clip file when there is a sound one, else made now."""
+          on_frames: Callable[[int], None] | None) -> tuple[bytes, dict[str, Any], bool]:
+    """A clip's bytes, json and whether it was reused: the same clip of OUT's previous generation (update.py),
+    else the finished clip file when there is a sound one, else made now."""
+    fp = (job.fingerprints.get(episode) or {}).get("clips", {}).get(camera)
+    where = job.reuse.get(fp) if fp else None
+    if where is not None:
+        data = read_reused(job.out, where)
+        if data is not None:
+            return data, {"info": where["info"], **({"stats": where["stats"]} if "stats" in where else {})}, True
+        log.warning("shard %d: episode %d camera %s of the previous compile is not intact in %s; making it again",
+                    job.shard, episode, camera, where["tar"])
     cj = job.clip_job(source, episode, camera)
     doc = clip_done(job.out, job.shard, episode, camera, cj.source_file)
     data = read_clip(job.out, job.shard, episode, camera, doc) if doc is not None else None
     if data is None or doc is None:
         data, doc = make_clip(cj, on_frames)
-    return data, doc
+    return data, doc, False
 
 
 def _episode_record(
     source: LeRobotSource, ep: EpisodeMeta, rows: Any, job: ShardJob, cams: list[str],
     on_frames: Callable[[int], None] | None,
-) -> tuple[EpisodeRecord, dict[str, Any]]:
-    """One episode's record (clips of every camera in ``cams`` + rows + meta) and per-clip info for the sidecar."""
-    clips, info = {}, {}
+) -> tuple[EpisodeRecord, dict[str, Any], bool]:
+    """One episode's record (clips of every camera in ``cams`` + rows + meta), per-clip info for the sidecar,
+    and whether every clip was reused from OUT's previous generation."""
+    clips, info, reused = {}, {}, True
     for cam in cams:
-        clips[cam], doc = _clip(source, job, ep.index, cam, on_frames)
-        info[cam] = {**doc["info"], **({"stats": doc["stats"]} if "stats" in doc else {})}
+        clips[cam], doc, again = _clip(source, job, ep.index, cam, on_frames)
+        reused = reused and again
+        info[cam] = {**{k: v for k, v in doc["info"].items() if k != "reused"}, **({"reused": True} if again else {}),
+                     **({"stats": doc["stats"]} if "stats" in doc else {})}
     meta = {
         "episode_index": ep.index, "length": ep.length, "dataset_from_index": ep.from_index,
         "dataset_to_index": ep.to_index, "tasks": list(ep.tasks),
         "fps": source.fps // frame_step(source.fps, job.settings.fps),
         "cameras": {cam: _spec(info[cam]) for cam in cams},
     }
-    return EpisodeRecord(index=ep.index, meta=meta, rows=rows, clips=clips), info
+    return EpisodeRecord(index=ep.index, meta=meta, rows=rows, clips=clips), info, reused and bool(cams)
 
 
 def _spec(info: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in info.items()
-            if k not in ("mode", "psnr", "why", "crf", "psnr_min", "psnr_checked", "stats")}
+            if k not in ("mode", "psnr", "why", "crf", "psnr_min", "psnr_checked", "stats", "reused")}
 
 
 def entry_from_dict(d: dict[str, Any]) -> EpisodeEntry:

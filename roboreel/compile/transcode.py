@@ -12,7 +12,7 @@ A resized (``size``, compile/resize.py) or resampled (``step``, compile/resample
 Every clip is decoded once after writing: it must hold exactly ``length`` frames at pts k/fps, in order.
 PSNR is measured in RGB, what a sample holds: the clip's frame converted to rgb24 against the encoder's input
 (the source decode, resized when resizing) converted alike, over the three channels, on every frame, in the
-encode's own pass: the encoder's packets are decoded as they come out (``_InFlightCheck``), so a reference is
+encode's own pass: the encoder's packets are decoded as they come out (``InFlightCheck``), so a reference is
 held only while its frame is inside x265 (its lookahead), and nothing is decoded twice. (Measured over the
 yuv420p planes instead, as ffmpeg's psnr filter reports "average", a 120x160 camera read 42.3 dB where its RGB
 frames, against LeRobotDataset's, went down to 36.9 dB.) For an 8-bit 4:2:0 source the reference is exactly what
@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import io
 import math
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -37,11 +36,11 @@ from itertools import islice
 from typing import Literal
 
 import av
-import cv2
 import numpy as np
 
 from roboreel.compile.copypolicy import codec_refusal, gop_refusal
 from roboreel.compile.decode import SourceVideo, SpanPackets
+from roboreel.compile.floorcheck import BelowFloor, InFlightCheck, psnr  # noqa: F401  (psnr: re-exported)
 from roboreel.compile.overlap import read_ahead
 from roboreel.compile.resample import kept_length
 from roboreel.compile.resize import FILTER, resize_frame
@@ -92,16 +91,6 @@ def sample_indices(length: int, n: int) -> list[int]:
     return sorted({round(i * (length - 1) / (n - 1)) for i in range(n)})
 
 
-def psnr(ref: np.ndarray, test: np.ndarray) -> float:
-    """PSNR in dB of two uint8 arrays of one shape (inf when identical). OpenCV's exact sum of squared
-    differences: 0.06 ms a 480x640 RGB frame where numpy's float32 arithmetic took 3.7 ms, more than the
-    colour conversions and the decode the floor's check needs (every frame, every try)."""
-    if ref.shape != test.shape:
-        raise ValueError(f"PSNR of frames of different shapes {ref.shape} and {test.shape}")
-    mse = cv2.norm(np.ascontiguousarray(ref), np.ascontiguousarray(test), cv2.NORM_L2SQR) / ref.size
-    return math.inf if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
-
-
 def _frame_digest(frame: av.VideoFrame) -> bytes:
     return hashlib.blake2b(frame.to_ndarray().tobytes(), digest_size=16).digest()
 
@@ -134,7 +123,7 @@ def decode_clip(
 
 def check_clip_timing(data: bytes, *, length: int, fps: int, where: str, episode: int) -> None:
     """Prove, from the container alone (demuxed, not decoded), that a clip holds ``length`` frames at pts k/fps:
-    for clips whose every packet was already decoded where they were made (``_InFlightCheck``, image clips)."""
+    for clips whose every packet was already decoded where they were made (``InFlightCheck``, image clips)."""
     try:
         with av.open(io.BytesIO(data), "r") as c:
             s = c.streams.video[0]
@@ -162,51 +151,26 @@ def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) ->
     return frame
 
 
-class _InFlightCheck:
-    """PSNR of frames in RGB, checked as the encoder emits them: each packet is decoded here before it is muxed
-    (an HEVC decoder primed with the encoder's parameter sets), and each decoded frame is compared with the
-    reference kept for it when it went in. References wait in a FIFO only while their frame is inside x265."""
-
-    def __init__(self, stream: av.video.stream.VideoStream) -> None:
-        self.stream = stream
-        self.decoder: av.CodecContext | None = None
-        self.pending: deque[tuple[int, np.ndarray | None]] = deque()
-        self.scores: dict[int, float] = {}
-
-    def put(self, n: int, reference: np.ndarray | None) -> None:
-        """Frame ``n`` goes into the encoder; ``reference`` (rgb24) is what it must come back as (None: not
-        checked)."""
-        self.pending.append((n, reference))
-
-    def packet(self, packet: av.Packet | None) -> None:
-        """An encoder packet (None: the end), decoded before it is muxed (muxing consumes its data)."""
-        if self.decoder is None:
-            self.decoder = av.CodecContext.create("hevc", "r")
-            self.decoder.extradata = self.stream.codec_context.extradata  # mp4: parameter sets out of band
-        for frame in self.decoder.decode(packet):
-            n, reference = self.pending.popleft()
-            if reference is not None:
-                self.scores[n] = psnr(reference, frame.to_ndarray(format="rgb24"))
-
-
 def encode_clip(
     frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str, episode: int,
     progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None, method: str = FILTER,
-    stats_frames: Iterable[int] = (), lossless: bool = False,
+    stats_frames: Iterable[int] = (), lossless: bool = False, give_up_below: float | None = None,
 ) -> Clip:
     """Encode exactly ``length`` frames to an HEVC mp4 clip (see module doc); ``progress(1)`` after each frame.
     ``lossless``: x265 ``lossless=1`` instead of ``settings.crf`` (the floor's last rung, ``encode_with_floor``).
 
     ``Clip.psnr`` holds the ``psnr_frames`` evenly spaced frames the compile report averages; ``Clip.psnr_min``
-    the lowest PSNR of every frame checked (all of them while ``min_psnr`` is on; ``_InFlightCheck``). ``size``:
+    the lowest PSNR of every frame checked (all of them while ``min_psnr`` is on; ``InFlightCheck``). ``size``:
     (height, width) to
     resize to with ``method`` (compile/resize.py); ``stats_frames``: frames whose encoder input is kept as
-    downsampled RGB for the camera's stats (compile/stats.py), in ``Clip.stats_rgb``."""
+    downsampled RGB for the camera's stats (compile/stats.py), in ``Clip.stats_rgb``. ``give_up_below``: raise
+    BelowFloor as soon as a checked frame comes back under it (the floor's try at this CRF has failed: encoding
+    the rest of the episode would be wasted)."""
     buf = io.BytesIO()
     tb = Fraction(1, fps)
     want = set(sample_indices(length, settings.psnr_frames))
     every = settings.min_psnr > 0
-    check: _InFlightCheck | None = None
+    check: InFlightCheck | None = None
     for_stats = set(stats_frames)
     rgb: list[np.ndarray] = []
     out = av.open(buf, "w", format="mp4", container_options=_MUX_OPTIONS)
@@ -226,11 +190,12 @@ def encode_clip(
                 stream.codec_tag = "hvc1"
                 stream.options = {"preset": settings.preset, "x265-params": params,
                                   **({} if lossless else {"crf": str(settings.crf)})}
-                check = _InFlightCheck(stream)
+                check = InFlightCheck(stream)
             frame = encoder_input(frame, stream.height, stream.width, method)
-            check.put(n, frame.to_ndarray(format="rgb24") if every or n in want else None)
+            reference = check.rgb(frame) if every or n in want or n in for_stats else None
+            check.put(n, reference if every or n in want else None)
             if n in for_stats:
-                rgb.append(downsample(frame.to_ndarray(format="rgb24").transpose(2, 0, 1)))
+                rgb.append(downsample(reference.transpose(2, 0, 1)))
             frame.pts, frame.time_base = n, tb
             frame.pict_type = av.video.frame.PictureType.NONE  # a source keyframe must not force one here
             for packet in stream.encode(frame):
@@ -239,6 +204,8 @@ def encode_clip(
             n += 1
             if progress is not None:
                 progress(1)
+            if give_up_below is not None and check.worst < give_up_below:
+                raise BelowFloor(check.worst, n)
         if stream is None or check is None or n != length:
             raise RoboreelError(f"encoder got {n} frames for an episode of {length} ({where}, episode {episode})")
         for packet in stream.encode(None):
@@ -315,11 +282,19 @@ def encode_with_floor(
         # decode on a thread, ahead of x265; with a step, every source frame is decoded and every k-th kept
         frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
         try:
+            # a try at a CRF stops at its first frame under the floor: only the try that holds runs to the end
             clip = encode_clip(frames, length=kept, fps=video.fps // step,
                                settings=settings if crf is None else settings.replace(crf=crf), where=where,
                                episode=episode, progress=progress if attempt == 0 else None, size=size,
                                method=method, stats_frames=stats_sample_indices(kept) if stats else (),
-                               lossless=crf is None)
+                               lossless=crf is None,
+                               give_up_below=settings.min_psnr if crf is not None and settings.min_psnr > 0
+                               else None)
+        except BelowFloor as low:
+            if attempt == 0 and progress is not None:
+                progress(kept - low.frames)  # the bar counts each frame of the clip once
+            crf = next_crf(settings, crf, low.worst)
+            continue
         finally:
             frames.close()  # joins the decode thread before anyone touches `video` again
         if clip.psnr_min >= settings.min_psnr:
@@ -334,6 +309,8 @@ def encode_with_floor(
         if crf is None:
             break
         crf = next_crf(settings, crf, clip.psnr_min)
+    if clip is None:  # cannot happen: the last try is lossless, never given up
+        raise RoboreelError(f"no encode of the span finished ({where}, episode {episode})")
     raise RoboreelError(
         f"the x265 lossless encode reads back at {clip.psnr_min:.2f} dB PSNR, not equal to its input ({where}, "
         f"episode {episode})"

@@ -306,11 +306,17 @@ class FileIndex(Index):
                 with fs.open(root + "/" + rel, "rb") as f:
                     return pq.read_table(f, columns=columns)
             except FileNotFoundError as e:
-                raise CompiledFormatError("index file missing", file=self.where(rel)) from e
+                raise CompiledFormatError(self._missing(), file=self.where(rel)) from e
             except (pa.ArrowException, OSError) as e:
                 raise CompiledFormatError(f"index file unreadable: {e}", file=self.where(rel)) from e
 
         return self._retried(read)
+
+    def _missing(self) -> str:
+        """Why an index file is missing: an update published since this index was opened, if so."""
+        from roboreel.formats.published import replaced
+
+        return replaced(self.url, self.storage_options, self.descriptor) or "index file missing"
 
     def _read_shards(self) -> pa.Table:
         return self._read(self.descriptor["shards"]["path"])
@@ -335,7 +341,7 @@ class FileIndex(Index):
                 self._files[i] = pq.ParquetFile(fs.open(root + "/" + rel, "rb"))
             return self._files[i].read_row_group(local)
         except FileNotFoundError as e:
-            raise CompiledFormatError("index file missing", file=self.where(rel)) from e
+            raise CompiledFormatError(self._missing(), file=self.where(rel)) from e
         except (pa.ArrowException, OSError) as e:
             self._files.pop(i, None)  # a broken connection: reopen on the next try
             raise CompiledFormatError(f"index file unreadable: {e}", file=self.where(rel)) from e

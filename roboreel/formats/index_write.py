@@ -22,8 +22,12 @@ class IndexWriter:
     Every file goes to a temp name and is renamed by ``close()``, which returns the descriptor the manifest
     records (paths, sizes, sha256 and row counts of the index files)."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], directory: str = ix.INDEX_DIR) -> None:
+        """``directory``: where under ``root`` the files go (``index``; a compile update writes the new
+        generation's index beside the published one, e.g. ``index/g000002``, so a reader of the old one is
+        never handed the new files)."""
         self.root = os.fspath(root)
+        self.directory = directory.rstrip("/")
         self._shards: dict[str, list[Any]] = {name: [] for name in SHARDS_SCHEMA.names}
         self._buffer: list[EpisodeEntry] = []
         self.group_rows, self.file_rows = ix.ROW_GROUP_ROWS, ix.ROWS_PER_FILE
@@ -55,10 +59,14 @@ class IndexWriter:
             if len(self._buffer) == self.group_rows:
                 self._flush()
 
+    def _rel(self, rel: str) -> str:
+        """``rel`` (under ``index/``) moved under this writer's directory."""
+        return self.directory + rel[len(ix.INDEX_DIR):]
+
     def _flush(self) -> None:
         while self._buffer:
             if self._writer is None:
-                rel = ix.episodes_file(len(self._files))
+                rel = self._rel(ix.episodes_file(len(self._files)))
                 self._open = atomic_open(os.path.join(self.root, rel))
                 f = self._open.__enter__()
                 self._writer = pq.ParquetWriter(f, EPISODES_SCHEMA, compression="zstd", write_statistics=True)
@@ -83,10 +91,11 @@ class IndexWriter:
         self._flush()
         self._close_file()
         table = pa.Table.from_pydict(self._shards, schema=SHARDS_SCHEMA)
-        with atomic_open(os.path.join(self.root, SHARDS_PATH)) as f:
+        shards_rel = self._rel(SHARDS_PATH)
+        with atomic_open(os.path.join(self.root, shards_rel)) as f:
             pq.write_table(table, f, compression="zstd", write_statistics=True)
         files = [{**r, **file_digest(os.path.join(self.root, r["path"]))} for r in self._files]
-        shards = {"path": SHARDS_PATH, "rows": table.num_rows, **file_digest(os.path.join(self.root, SHARDS_PATH))}
+        shards = {"path": shards_rel, "rows": table.num_rows, **file_digest(os.path.join(self.root, shards_rel))}
         return {"shards": shards, "episodes": files, "episodes_total": self._rows, "frames_total": self._frames,
                 "row_group_rows": self.group_rows}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -146,3 +147,49 @@ def test_kill_9_full_sweep(kill_source, tmp_path, capsys):
         print(f"\nkill -9 (full): {_summary(kills)}")
     # the triggers spread kills over the pool's lifetime: some must land while shards are being compiled
     assert any(0 < k.sidecars < EPISODES for k in kills), _summary(kills)
+
+
+@pytest.fixture(scope="module")
+def grow_sources(tmp_path_factory):
+    """A 7-episode source compiled (the OUT an update starts from), the same source grown to 10 episodes, and
+    the uninterrupted update of that OUT (the reference bytes)."""
+    from conftest import make_source
+
+    root = tmp_path_factory.mktemp("kill-grow")
+    old = make_source(root / "old", episodes=7, min_length=30, max_length=50)
+    new = make_source(root / "new", episodes=EPISODES, min_length=30, max_length=50)
+    base = root / "base"
+    subprocess.run(compile_cmd(old, base), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ref = root / "ref"
+    shutil.copytree(base, ref)
+    t0 = time.monotonic()
+    subprocess.run(compile_cmd(new, ref), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return new, base, ref, time.monotonic() - t0
+
+
+def test_kill_9_during_an_update_then_rerun_finishes_it(grow_sources, tmp_path):
+    """Kill -9 while an update runs: at every instant the published roboreel.json (old or new) names whole
+    files; the same command then finishes the update, byte-identical to an uninterrupted one, validate clean."""
+    new, base, ref, full_s = grow_sources
+    rng = random.Random(3)
+    landed = []
+    for trial in range(4):
+        out = tmp_path / f"trial-{trial}"
+        shutil.copytree(base, out)
+        cmd = compile_cmd(new, out)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            time.sleep(rng.uniform(0.0, full_s))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                landed.append(trial)
+        finally:
+            proc.wait()
+        _group_gone(proc.pid)
+        assert trusted_files_are_whole(out) == [], trial  # the published roboreel.json names whole files
+        rerun = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert rerun.returncode == 0, rerun.stderr
+        assert_same_tree(out, ref)
+        assert temp_files(out) == []
+        assert main(["validate", str(out)]) == 0
+    assert landed, "no kill landed before the update finished"

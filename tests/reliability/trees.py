@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from roboreel.formats.manifest import MANIFEST_NAME
+from roboreel.formats.manifest import MANIFEST_NAME, load_manifest
 
 # Files that identify the source (its path and fingerprint): equal across compiles of one source only.
 _NAMES_SOURCE = (MANIFEST_NAME, ".roboreel-compile.json")
@@ -14,7 +14,7 @@ _NAMES_SOURCE = (MANIFEST_NAME, ".roboreel-compile.json")
 
 def tree(root: Path, *, ignore_source: bool = False) -> dict[str, bytes]:
     """Every file under ``root`` (relative path -> bytes). With ``ignore_source`` the ``source`` entry (path and
-    fingerprint) is dropped from the files that record it, so compiles of two sources that must give the same
+    fingerprint) is dropped from the files that record it, and the episode fingerprints from the sidecars, so compiles of two sources that must give the same
     output (e.g. the same rows in another row-group layout) compare equal."""
     out = {}
     for p in sorted(root.rglob("*")):
@@ -24,6 +24,10 @@ def tree(root: Path, *, ignore_source: bool = False) -> dict[str, bytes]:
             if ignore_source and rel in _NAMES_SOURCE:
                 doc = json.loads(data)
                 doc.pop("source")
+                data = json.dumps(doc).encode()
+            elif ignore_source and rel.startswith(".roboreel-parts/shard-"):  # fingerprints hash the source files
+                doc = json.loads(data)
+                doc.pop("fingerprints", None)
                 data = json.dumps(doc).encode()
             out[rel] = data
     return out
@@ -57,13 +61,15 @@ def trusted_files_are_whole(out: Path) -> list[str]:
             f = out / side[key]["path"]
             if not f.is_file() or f.stat().st_size != side[key]["size"] or _sha(f) != side[key]["sha256"]:
                 bad.append(f"{side_path.name} -> {side[key]['path']}")
-    manifest = out / MANIFEST_NAME
-    if manifest.exists():
-        doc = json.loads(manifest.read_text())
-        for s in doc["shards"]:
-            f = out / s["path"]
-            if not f.is_file() or f.stat().st_size != s["size"] or _sha(f) != s["sha256"]:
-                bad.append(f"{MANIFEST_NAME} -> {s['path']}")
+    if (out / MANIFEST_NAME).exists():  # its shards and index files (format 2: the shards are in the index)
+        m = load_manifest(str(out))
+        refs = [(s.path, s.size, s.sha256) for s in m.shards]
+        if m.index_files is not None:
+            refs += [(r["path"], r["size"], r["sha256"]) for r in (m.index_files["shards"], *m.index_files["episodes"])]
+        for rel, size, sha in refs:
+            f = out / rel
+            if not f.is_file() or f.stat().st_size != size or _sha(f) != sha:
+                bad.append(f"{MANIFEST_NAME} -> {rel}")
     return bad
 
 

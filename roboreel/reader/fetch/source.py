@@ -30,6 +30,7 @@ import fsspec
 
 from roboreel.formats.errors import CompiledFormatError, ShardReadError
 from roboreel.formats.manifest import EpisodeEntry, Manifest, MemberInfo
+from roboreel.formats.published import replaced
 from roboreel.formats.shard import EpisodeRecord, split_member
 from roboreel.formats.transient import (
     Truncated,
@@ -252,6 +253,12 @@ class SliceReader:
             for rec in self._read(path, size, s, start, end, members, spans):
                 done.add(rec.index)
                 yield rec
+        except ShardReadError as e:  # a shard gone because an update was published since: say so
+            why = replaced(self.store.url, self.store.storage_options, self.manifest.index_files) if isinstance(
+                e.__cause__, FileNotFoundError) else None
+            if why is None:
+                raise
+            raise CompiledFormatError(why, file=path, episode=e.episode) from e
         except _MisplacedOffset as e:
             logger.info("%s: %s; reading the shard from its start", path, e)
             rest = Slice(s.shard, tuple(ep for ep in s.episodes if ep not in done))
