@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, metavar="N", default=2, help="alternations per worker count")
     p.add_argument("--unit", choices=["clip", "file"], default="clip",
                    help="ffmpeg CLI: one process per episode x camera (the clips roboreel makes) or per source mp4")
+    p.add_argument("--min-psnr", type=float, metavar="DB", default=0.0,
+                   help="roboreel's fidelity floor (compile --min-psnr): 0 turns it off so both sides do the same "
+                        "transcode; 40, compile's default, measures what the floor costs against ffmpeg's plain one")
     p.add_argument("--psnr-stride", type=int, metavar="N", default=1,
                    help="PSNR of every k-th frame vs the source decode (0: none)")
     options.dataset_options(p, prepare=False)
@@ -32,14 +35,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from roboreel.bench.compile_bench import CompileBenchConfig, compile_benchmark, markdown
+    from roboreel.compile import CompileSettings
 
     source = args.source or str(synthetic_source(args, args.out))
     cfg = CompileBenchConfig(workers=tuple(int(w) for w in args.workers.split(",")), repeats=args.repeats,
                              unit=args.unit, psnr_stride=args.psnr_stride)
-    result = compile_benchmark(source, config=cfg)
+    result = compile_benchmark(source, settings=CompileSettings(min_psnr=args.min_psnr), config=cfg)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "compile.json").write_text(json.dumps({"source": source, **result}, indent=1))
-    print(f"\ncompile benchmark on {source} ({result['ffmpeg_version']}, ffmpeg unit: {cfg.unit})")
+    print(f"\ncompile benchmark on {source} ({result['ffmpeg_version']}, ffmpeg unit: {cfg.unit}, roboreel "
+          f"--min-psnr {args.min_psnr:g})")
     print(markdown(result))
     print(f"wrote {args.out}/compile.json")
     return 0
