@@ -2,6 +2,11 @@
 
 Sizes are small (64x64, tens of frames) so the whole suite runs in minutes on 2 cores, yet they exercise what
 matters: several cameras, episodes sharing mp4s, files rolling over (from_timestamp > 0) across chunks.
+
+Selection: tests marked ``slow`` (long sweeps) and ``slurm`` (a real SLURM) are deselected unless a ``-m``
+expression names them (``-m slow``, ``-m slurm``) or ``ROBOREEL_SLOW=1`` / ``ROBOREEL_SLURM=1`` is set; CI runs
+both (.ci/run). Under CI (``CI`` set) a test file that skips as a whole (a module-level ``importorskip`` whose
+module is missing) fails the run: a suite that quietly stopped running is worse than a red one.
 """
 
 from __future__ import annotations
@@ -27,6 +32,38 @@ def make_source(root: Path, **overrides) -> Path:
     cfg = SynthConfig(**{**SMALL.__dict__, **overrides})
     synthesize(root, cfg, overwrite=True)
     return root
+
+
+_OPT_IN = {"slow": "ROBOREEL_SLOW", "slurm": "ROBOREEL_SLURM"}  # marker -> environment variable that selects it
+_SKIPPED_FILES: list[tuple[str, str]] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("markexpr", ""):
+        return  # an explicit -m decides
+    off = {m for m, env in _OPT_IN.items() if os.environ.get(env) != "1"}
+    keep, drop = [], []
+    for item in items:
+        (drop if any(item.get_closest_marker(m) for m in off) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped and report.nodeid.endswith(".py"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        _SKIPPED_FILES.append((report.nodeid, reason))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput") or not _SKIPPED_FILES or not os.environ.get("CI"):
+        return  # (an xdist worker reports its files to the controller, which decides)
+    for nodeid, reason in _SKIPPED_FILES:
+        print(f"\nCI: {nodeid} skipped as a whole: {reason}")
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")
