@@ -68,18 +68,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def small_source(tmp_path_factory) -> Path:
-    """A read-only small source dataset. Copy it before breaking it."""
-    return make_source(tmp_path_factory.mktemp("src") / "small")
+    """A read-only small source dataset. Copy it before breaking it.
+
+    The same directory as ``support.datasets.source()`` without overrides: built once per test process."""
+    from support.datasets import source
+
+    return source(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
-def small_compiled(tmp_path_factory, small_source) -> Path:
-    """small_source compiled with fast test settings (read-only)."""
-    from roboreel.compile import CompileSettings, compile_dataset
+def small_compiled(tmp_path_factory) -> Path:
+    """small_source compiled with fast test settings (``CompileSettings.for_tests()``: 2 episodes per shard;
+    read-only). The same directory as ``support.datasets.compiled_pair(episodes_per_shard=2)``."""
+    from support.datasets import compiled_pair
 
-    out = tmp_path_factory.mktemp("compiled") / "small"
-    compile_dataset(str(small_source), str(out), settings=CompileSettings.for_tests(), workers=1)
-    return out
+    return compiled_pair(tmp_path_factory, episodes_per_shard=2)[1]
 
 
 @pytest.fixture()
