@@ -14,10 +14,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
+from roboreel.reader.decode.buffers import BufferPool
 from roboreel.reader.decode.deferred import PendingBatch
 from roboreel.reader.decode.gpu import DeviceDecoders
 from roboreel.reader.decode.heap import DECODE_CALL_BYTES, trim_heap
@@ -27,10 +28,21 @@ from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.decode.stage import BatchJob, DecodePool
 from roboreel.reader.stats import Flusher
 
-if TYPE_CHECKING:
-    from roboreel.reader.loader import DeviceLoader
-
 _PUBLISH_EVERY_S = 0.2  # the decode stage's counters reach stats() this often while an epoch runs
+
+
+class StageOwner(Protocol):
+    """What the stage reads from, and reports to, the ``DeviceLoader`` that runs it (loader.py): typed here so this
+    module never imports loader.py back."""
+
+    dataset: Any  # a CompiledDataset or MixtureDataset
+    decode_threads: int
+    inflight_batches: int
+    max_gpu_decoders: int
+    channels_last: bool
+    _buffers: BufferPool
+    _totals: dict[str, Any]
+    _routes: dict[str, Any]
 
 
 class DecodeStage:
@@ -41,7 +53,7 @@ class DecodeStage:
     tensors to the device (pinned -> asynchronous copy) and, unless ``return_uint8``, divides by 255 there.
     """
 
-    def __init__(self, owner: DeviceLoader, source: Iterator[PendingBatch], device: torch.device,
+    def __init__(self, owner: StageOwner, source: Iterator[PendingBatch], device: torch.device,
                  decode: torch.device, capability: tuple[int, int] | None) -> None:
         self.owner, self.source, self.device, self.capability = owner, source, device, capability
         self.decode = decode  # where frames decode (the router's device); ``device``: where batches land
