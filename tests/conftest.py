@@ -6,7 +6,8 @@ matters: several cameras, episodes sharing mp4s, files rolling over (from_timest
 Selection: tests marked ``slow`` (long sweeps) and ``slurm`` (a real SLURM) are deselected unless a ``-m``
 expression names them (``-m slow``, ``-m slurm``) or ``ROBOREEL_SLOW=1`` / ``ROBOREEL_SLURM=1`` is set; CI runs
 both (.ci/run). Under CI (``CI`` set) a test file that skips as a whole (a module-level ``importorskip`` whose
-module is missing) fails the run: a suite that quietly stopped running is worse than a red one.
+module is missing, a ``pytestmark`` skipif that holds) fails the run: a suite that quietly stopped running is worse
+than a red one.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def make_source(root: Path, **overrides) -> Path:
 
 
 _OPT_IN = {"slow": "ROBOREEL_SLOW", "slurm": "ROBOREEL_SLURM"}  # marker -> environment variable that selects it
-_SKIPPED_FILES: list[tuple[str, str]] = []
+_SKIPPED_FILES: list[tuple[str, str]] = []  # (file, reason): skipped while collected (importorskip)
+_OUTCOMES: dict[str, list[tuple[str, object]]] = {}  # file -> (outcome, longrepr) of each test that ran
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -57,12 +59,24 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
         _SKIPPED_FILES.append((report.nodeid, reason))
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Outcomes per file, to find a file whose every test skipped (a module-level ``skipif``)."""
+    if report.when == "call" or report.outcome != "passed":
+        _OUTCOMES.setdefault(report.nodeid.split("::")[0], []).append((report.outcome, report.longrepr))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if hasattr(session.config, "workerinput") or not _SKIPPED_FILES or not os.environ.get("CI"):
-        return  # (an xdist worker reports its files to the controller, which decides)
-    for nodeid, reason in _SKIPPED_FILES:
+    if hasattr(session.config, "workerinput") or not os.environ.get("CI"):
+        return  # (an xdist worker reports its tests to the controller, which decides)
+    whole = list(_SKIPPED_FILES)
+    for path, outcomes in _OUTCOMES.items():
+        # tests/integration: its own runner checks what skipped (.ci/ci_lerobot.sh, .ci/junit_check.py)
+        if not path.startswith("tests/integration/") and all(o == "skipped" for o, _ in outcomes):
+            longrepr = outcomes[0][1]
+            whole.append((path, longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)))
+    for nodeid, reason in whole:
         print(f"\nCI: {nodeid} skipped as a whole: {reason}")
-    if session.exitstatus == pytest.ExitCode.OK:
+    if whole and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
