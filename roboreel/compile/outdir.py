@@ -14,7 +14,7 @@ import os
 import shutil
 from typing import Any
 
-from roboreel.compile.pack import TMP_SUFFIX, atomic_write, remove_stale_temps
+from roboreel.compile.pack import TMP_SUFFIX, atomic_write
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import PARTS_DIR, sidecar_path
 from roboreel.compile.sourcefiles import changed_files
@@ -175,7 +175,6 @@ def write_snapshot(out: str, source: LeRobotSource) -> None:
         rels.append(v3.STATS_PATH)
     for rel in rels:
         dest = os.path.join(out, SNAPSHOT_DIR, rel)
-        remove_stale_temps(dest)  # a killed run's half-written copy: the finished OUT holds no temp file
         with source.open(rel) as f:
             data = f.read()
         if _read_bytes(dest) != data:
