@@ -2,6 +2,12 @@
 
 Sizes are small (64x64, tens of frames) so the whole suite runs in minutes on 2 cores, yet they exercise what
 matters: several cameras, episodes sharing mp4s, files rolling over (from_timestamp > 0) across chunks.
+
+Selection: tests marked ``slow`` (long sweeps) and ``slurm`` (a real SLURM) are deselected unless a ``-m``
+expression names them (``-m slow``, ``-m slurm``) or ``ROBOREEL_SLOW=1`` / ``ROBOREEL_SLURM=1`` is set; CI runs
+both (.ci/run). Under CI (``CI`` set) a test file that skips as a whole (a module-level ``importorskip`` whose
+module is missing, a ``pytestmark`` skipif that holds) fails the run: a suite that quietly stopped running is worse
+than a red one.
 """
 
 from __future__ import annotations
@@ -29,20 +35,68 @@ def make_source(root: Path, **overrides) -> Path:
     return root
 
 
+_OPT_IN = {"slow": "ROBOREEL_SLOW", "slurm": "ROBOREEL_SLURM"}  # marker -> environment variable that selects it
+_SKIPPED_FILES: list[tuple[str, str]] = []  # (file, reason): skipped while collected (importorskip)
+_OUTCOMES: dict[str, list[tuple[str, object]]] = {}  # file -> (outcome, longrepr) of each test that ran
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("markexpr", ""):
+        return  # an explicit -m decides
+    off = {m for m, env in _OPT_IN.items() if os.environ.get(env) != "1"}
+    keep, drop = [], []
+    for item in items:
+        (drop if any(item.get_closest_marker(m) for m in off) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped and report.nodeid.endswith(".py"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        _SKIPPED_FILES.append((report.nodeid, reason))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Outcomes per file, to find a file whose every test skipped (a module-level ``skipif``)."""
+    if report.when == "call" or report.outcome != "passed":
+        _OUTCOMES.setdefault(report.nodeid.split("::")[0], []).append((report.outcome, report.longrepr))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput") or not os.environ.get("CI"):
+        return  # (an xdist worker reports its tests to the controller, which decides)
+    whole = list(_SKIPPED_FILES)
+    for path, outcomes in _OUTCOMES.items():
+        # tests/integration: its own runner checks what skipped (.ci/ci_lerobot.sh, .ci/junit_check.py)
+        if not path.startswith("tests/integration/") and all(o == "skipped" for o, _ in outcomes):
+            longrepr = outcomes[0][1]
+            whole.append((path, longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)))
+    for nodeid, reason in whole:
+        print(f"\nCI: {nodeid} skipped as a whole: {reason}")
+    if whole and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(scope="session")
 def small_source(tmp_path_factory) -> Path:
-    """A read-only small source dataset. Copy it before breaking it."""
-    return make_source(tmp_path_factory.mktemp("src") / "small")
+    """A read-only small source dataset. Copy it before breaking it.
+
+    The same directory as ``support.datasets.source()`` without overrides: built once per test process."""
+    from support.datasets import source
+
+    return source(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
-def small_compiled(tmp_path_factory, small_source) -> Path:
-    """small_source compiled with fast test settings (read-only)."""
-    from roboreel.compile import CompileSettings, compile_dataset
+def small_compiled(tmp_path_factory) -> Path:
+    """small_source compiled with fast test settings (``CompileSettings.for_tests()``: 2 episodes per shard;
+    read-only). The same directory as ``support.datasets.compiled_pair(episodes_per_shard=2)``."""
+    from support.datasets import compiled_pair
 
-    out = tmp_path_factory.mktemp("compiled") / "small"
-    compile_dataset(str(small_source), str(out), settings=CompileSettings.for_tests(), workers=1)
-    return out
+    return compiled_pair(tmp_path_factory, episodes_per_shard=2)[1]
 
 
 @pytest.fixture()

@@ -14,6 +14,7 @@ from roboreel.bench.runner import BenchError, RunConfig, run_one
 from roboreel.cli import main
 
 
+@pytest.mark.slow  # a sweep: 2 places x 2 modes x 2 repeats x 2 readers (~35 s on 2 cores); CI runs it (-m slow)
 def test_bench_writes_reports_local_and_remote(small_source, small_compiled, tmp_path):
     out = tmp_path / "bench"
     rc = main(["bench", "read", str(small_compiled), "--source", str(small_source), "--readers", "compiled,reference,lerobot",

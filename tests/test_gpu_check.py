@@ -52,6 +52,7 @@ def test_prepare_makes_compiled_data_and_its_description(prepared):
     assert not (prepared / "data" / ".small-source").exists()
 
 
+@pytest.mark.slow  # every part of the check on the CPU (~30 s on 2 cores); CI runs it (-m slow)
 def test_cpu_only_fills_what_a_cpu_can_and_explains_every_null(prepared, tmp_path):
     r = _sh("--cpu-only", "--data", str(prepared), out=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -1,16 +1,14 @@
-"""CompiledDataset's option groups (reader/options.py): checked where made, frozen, and the old flat keywords
-still working with a DeprecationWarning that spells the new call."""
+"""CompiledDataset's option groups (reader/options.py): checked where made, frozen, and the only spelling of
+their knobs (no flat keywords)."""
 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import pytest
 
 import roboreel
 from roboreel.reader import CompiledDataset, DecodeOptions, StreamOptions
-from roboreel.reader.options import LEGACY
 
 
 def test_groups_are_exported_frozen_and_checked():
@@ -39,39 +37,22 @@ def test_idle_decoders_default_to_automatic_and_take_none_zero_or_a_bound():
     assert [DecodeOptions(idle_decoders_mb=v).idle_decoders_mb for v in (None, 0, 0.5, 64)] == [None, 0, 0.5, 64]
 
 
-def test_every_group_field_has_its_legacy_keyword():
-    fields = {(g, f.name) for g, cls in (("stream", StreamOptions), ("decode", DecodeOptions))
-              for f in dataclasses.fields(cls)}
-    new = {("decode", "idle_decoders_mb")}  # added after the flat keywords: it never had one
-    assert set(LEGACY.values()) == fields - new
+def test_groups_reach_the_dataset(small_compiled):
+    stream = StreamOptions(retries=2, backoff_s=0.01, readahead=3, verify_checksums=False)
+    decode = DecodeOptions(batch=4, cache_mb=0, frame_order="random", tolerance_s=2e-4, idle_decoders_mb=1)
+    ds = CompiledDataset(str(small_compiled), stream=stream, decode=decode)
+    assert ds.stream_options is stream and ds.decode_options is decode
+    assert (ds.retries, ds.backoff_s, ds.readahead, ds.verify_checksums) == (2, 0.01, 3, False)
+    assert (ds.decode_batch, ds.decode_cache_bytes, ds.frame_order, ds.tolerance_s, ds.decode_device,
+            ds.idle_decoder_bytes) == (4, 0, "random", 2e-4, "cpu", 2**20)
+    default = CompiledDataset(str(small_compiled))
+    assert default.stream_options == StreamOptions() and default.decode_options == DecodeOptions()
 
 
-def test_old_keywords_warn_with_the_new_spelling_and_mean_the_same(small_compiled):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new spelling warns about nothing
-        new = CompiledDataset(str(small_compiled), stream=StreamOptions(retries=2, backoff_s=0.01, readahead=3),
-                              decode=DecodeOptions(batch=4, cache_mb=0, frame_order="random", tolerance_s=2e-4))
-    with pytest.warns(DeprecationWarning) as caught:
-        old = CompiledDataset(str(small_compiled), retries=2, backoff_s=0.01, readahead=3, decode_batch=4,
-                              decode_cache_mb=0, frame_order="random", tolerance_s=2e-4)
-    (w,) = caught
-    assert w.filename == __file__  # points at the caller's line
-    assert "pass stream=StreamOptions(retries=2, backoff_s=0.01, readahead=3), decode=DecodeOptions(batch=4, " \
-           "cache_mb=0, frame_order='random', tolerance_s=0.0002)" in str(w.message)
-    assert old.stream_options == new.stream_options and old.decode_options == new.decode_options
-    for attr in ("retries", "backoff_s", "readahead", "decode_batch", "decode_cache_bytes", "frame_order",
-                 "tolerance_s", "decode_device", "verify_checksums"):
-        assert getattr(old, attr) == getattr(new, attr), attr
-    assert new.decode_cache_bytes == 0 and new.frame_order == "random" and new.readahead == 3
-    # same stream, so resume states are interchangeable
-    assert old.state_dict() == new.state_dict()
-
-
-def test_mixed_or_unknown_keywords_are_refused(small_compiled):
-    with pytest.raises(TypeError, match=r"got retries= and stream=: pass stream=StreamOptions\(\.\.\., retries=\.\.\.\)"):
-        CompiledDataset(str(small_compiled), stream=StreamOptions(), retries=2)
-    with pytest.raises(TypeError, match="unexpected keyword argument.*'retry'"):
-        CompiledDataset(str(small_compiled), retry=2)
+def test_flat_or_unknown_keywords_and_wrong_groups_are_refused(small_compiled):
+    for flat in ({"retries": 2}, {"decode_device": "cpu"}, {"frame_order": "random"}, {"retry": 2}):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{next(iter(flat))}'"):
+            CompiledDataset(str(small_compiled), **flat)
     with pytest.raises(TypeError, match=r"decode=\.\.\.\) takes a roboreel.DecodeOptions, got StreamOptions"):
         CompiledDataset(str(small_compiled), decode=StreamOptions())
     with pytest.raises(ValueError, match="episode_pool_size must be an integer >= 1"):

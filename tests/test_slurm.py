@@ -3,7 +3,7 @@ compile a dataset that validates clean and is byte-identical to a one-machine co
 shards (some parts get no shard) and with fewer.
 
 Opt-in (it needs running SLURM daemons): ``ROBOREEL_SLURM=1`` and a working ``sbatch``/``squeue``; on a Debian
-machine where you are root, ``scripts/ci_slurm.sh`` installs and starts a single-node cluster. The jobs inherit
+machine where you are root, ``.ci/ci_slurm.sh`` installs and starts a single-node cluster. The jobs inherit
 this process's environment (sbatch's default ``--export=ALL``), so they import the roboreel under test.
 """
 
@@ -34,7 +34,7 @@ TIMEOUT_S = 600
 def _slurm_ready() -> str | None:
     """Why the SLURM test cannot run here (None: it can)."""
     if os.environ.get("ROBOREEL_SLURM") != "1":
-        return "opt-in: set ROBOREEL_SLURM=1 (and start SLURM, e.g. scripts/ci_slurm.sh)"
+        return "opt-in: set ROBOREEL_SLURM=1 (and start SLURM, e.g. .ci/ci_slurm.sh)"
     if not shutil.which("sbatch") or not shutil.which("squeue"):
         return "sbatch/squeue not found"
     r = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from roboreel._version import __version__
 from roboreel.compile.imageclips import RGB8_CLIP_FORMATS, clip_keys
-from roboreel.compile.outdir import LOCK_NAME, read_lock, snapshot_source
+from roboreel.compile.outdir import LOCK_NAME, SNAPSHOT_DIR, read_lock, snapshot_source
 from roboreel.compile.pack import atomic_write, remove_stale_temps
 from roboreel.compile.plan import camera_hw
 from roboreel.compile.resample import frame_step, kept_length
@@ -218,10 +218,12 @@ def finalize(out: str) -> Manifest:
         # left by a finalize that was killed, or by a run killed while it wrote the lock or an update's state
         # (every shard is done: no run writes either any more)
         remove_stale_temps(os.path.join(out, rel))
-    for d, _, names in os.walk(os.path.join(out, index_dir(generation(lock)))):
-        for name in names:
-            if name.startswith(".") and name.endswith(".tmp"):
-                os.unlink(os.path.join(d, name))
+    # temps under the index (a killed finalize) and the source meta snapshot (a run killed while it copied it)
+    for top in (index_dir(generation(lock)), SNAPSHOT_DIR):
+        for d, _, names in os.walk(os.path.join(out, top)):
+            for name in names:
+                if name.startswith(".") and name.endswith(".tmp"):
+                    os.unlink(os.path.join(d, name))
     descriptor, cameras, ids, shard_of = write_shard_index(out, lock, cams)
     specs = cameras.specs()
     step = frame_step(info.fps, settings.fps)

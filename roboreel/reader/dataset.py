@@ -40,7 +40,7 @@ from roboreel.reader.epochs import EpochState
 from roboreel.reader.fetch.source import Store, retrying
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.mixture import MIXTURE_ONLY, build_mixture
-from roboreel.reader.options import DecodeOptions, StreamOptions, legacy_options
+from roboreel.reader.options import DecodeOptions, StreamOptions, resolve_options
 from roboreel.reader.plan.epoch import (
     Selection,
     Slice,
@@ -92,8 +92,7 @@ class CompiledDataset(EpochState, IterableDataset):
         stream: transport knobs (readahead, retries, backoff_s, verify_checksums, storage_options), a
             ``roboreel.StreamOptions``.
         decode: decode knobs (device, fallback, batch, cache_mb, tolerance_s, frame_order, idle_decoders_mb), a
-            ``roboreel.DecodeOptions``. The old flat keywords (``retries=``, ``decode_device=``, ...) still work
-            and warn (DeprecationWarning) with the new spelling.
+            ``roboreel.DecodeOptions``.
 
     ``meta`` is the dataset's LeRobot-shaped metadata (features, fps, stats, tasks, episodes; read on first use),
     ``num_frames`` / ``num_episodes`` count the whole selection (all ranks), like LeRobotDataset; ``len()`` is
@@ -134,14 +133,13 @@ class CompiledDataset(EpochState, IterableDataset):
         batch_size: int | None = None,
         stream: StreamOptions | None = None,
         decode: DecodeOptions | None = None,
-        **legacy: Any,
     ) -> None:
         super().__init__()
         del weights, samples_per_epoch  # __new__'s (a mixture never reaches this __init__)
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
-        stream, decode = legacy_options(stream, decode, legacy)
+        stream, decode = resolve_options(stream, decode)
         self.stream_options, self.decode_options = stream, decode
         decode_device = resolve_decode_device(decode.device, fallback=decode.fallback)
         if not isinstance(episode_pool_size, int) or episode_pool_size < 1:
@@ -277,9 +275,9 @@ class CompiledDataset(EpochState, IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if self.decode_device != "cpu":
             raise RuntimeError(
-                f"CompiledDataset(decode_device={self.decode_device!r}) decodes batches on the GPU in the main "
-                "process: read it with roboreel.loader(dataset, batch_size=..., num_workers=...) (docs/gpu.md). "
-                "Iterating it directly or through a torch DataLoader would decode in DataLoader workers, where "
+                f"CompiledDataset(decode=DecodeOptions(device={self.decode_device!r})) decodes batches on the GPU "
+                "in the main process: read it with roboreel.loader(dataset, batch_size=..., num_workers=...) "
+                "(docs/gpu.md). Iterating it directly or through a torch DataLoader would decode in DataLoader workers, where "
                 "CUDA cannot be used")
         return self._iterate(deferred=False)
 

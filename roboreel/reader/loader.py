@@ -5,9 +5,9 @@ spends as much as decoding them, and CUDA cannot be used in forked workers at al
 - DataLoader workers (processes) do everything but decode: read shards, pool episodes, pick frames, window,
   collate tabular values (``CompiledDataset.iter_pending`` + ``deferred.collate_pending``). What crosses to this
   process is small: a clip's compressed bytes once, then frame requests.
-- This process runs the decode stage on a background thread: it feeds a pool of decode threads (stage.py;
-  default one per available core; torchcodec releases the GIL) that write frames straight into one preallocated
-  uint8 tensor per camera and batch (pinned when the batch goes to CUDA), and finishes batches in the
+- This process runs the decode stage (loader_stage.py) on a background thread: it feeds a pool of decode threads
+  (decode/stage.py; default one per available core; torchcodec releases the GIL) that write frames straight into
+  one preallocated uint8 tensor per camera and batch (pinned when the batch goes to CUDA), and finishes batches in the
   DataLoader's order: moved to the device as uint8, divided by 255 there unless ``return_uint8``.
 
 With ``decode_device="cuda"`` the pool decodes on NVDEC on its own CUDA stream, and the thread waits for that
@@ -26,8 +26,7 @@ import logging
 import threading
 import time
 import weakref
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -35,29 +34,23 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from roboreel.reader.dataset import CompiledDataset
 from roboreel.reader.decode.buffers import BufferPool
-from roboreel.reader.decode.deferred import PendingBatch, collate_pending
-from roboreel.reader.decode.gpu import DEFAULT_MAX_GPU_DECODERS, DeviceDecoders
+from roboreel.reader.decode.deferred import collate_pending
+from roboreel.reader.decode.gpu import DEFAULT_MAX_GPU_DECODERS
 from roboreel.reader.decode.heap import (
-    DECODE_CALL_BYTES,
     DECODE_MMAP_THRESHOLD_BYTES,
     DECODE_TRIM_THRESHOLD_BYTES,
     pin_mmap_threshold,
-    trim_heap,
 )
-from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
-from roboreel.reader.decode.routing import Router
-from roboreel.reader.decode.runs import RunBudget
-from roboreel.reader.decode.stage import BatchJob, DecodePool, default_decode_threads
+from roboreel.reader.decode.stage import default_decode_threads
 from roboreel.reader.fetch.prefetch import Prefetcher
+from roboreel.reader.loader_stage import DecodeStage
 from roboreel.reader.mixture import MixtureDataset
 from roboreel.reader.plan.resume import worker_batches
-from roboreel.reader.stats import Flusher
 
 logger = logging.getLogger(__name__)
 
 _REFUSED = ("collate_fn", "sampler", "batch_sampler", "shuffle")
 _CLOSE_WAIT_S = 120.0
-_PUBLISH_EVERY_S = 0.2  # the decode stage's counters reach stats() this often while an epoch runs
 
 
 class _PendingStream(IterableDataset):
@@ -180,7 +173,7 @@ class DeviceLoader:
         source = iter(self.dataloader)  # workers start (or, persistent, restart their iterators) here
         if self.dataloader.num_workers > 0:
             self.dataset._begun_in_workers(epoch)
-        stage = _Stage(self, source, device, decode, capability)
+        stage = DecodeStage(self, source, device, decode, capability)
         live = _LoaderIter(self, Prefetcher(stage.run, self.prefetch_batches, name="roboreel-decode"), device)
         self._live, self._stage_done = weakref.ref(live), stage.done
         return live
@@ -253,135 +246,6 @@ def _device_info(decode_device: str) -> tuple[torch.device, tuple[int, int] | No
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return device, tuple(torch.cuda.get_device_capability(device.index))
-
-
-class _Stage:
-    """The decode stage: runs on the Prefetcher's thread, feeding the decode pool (stage.py) and finishing batches.
-
-    Up to ``inflight`` batches are decoded at once (a clip's tasks stay in order, different clips run in
-    parallel, also across batches); batches leave in the DataLoader's order. Finishing a batch moves its uint8
-    tensors to the device (pinned -> asynchronous copy) and, unless ``return_uint8``, divides by 255 there.
-    """
-
-    def __init__(self, owner: DeviceLoader, source: Iterator[PendingBatch], device: torch.device,
-                 decode: torch.device, capability: tuple[int, int] | None) -> None:
-        self.owner, self.source, self.device, self.capability = owner, source, device, capability
-        self.decode = decode  # where frames decode (the router's device); ``device``: where batches land
-        self.done = threading.Event()  # set once the stage let go of the DataLoader iterator
-
-    def run(self) -> Iterator[tuple[dict[str, Any], float]]:
-        try:
-            yield from self._run()
-        finally:
-            self.source = iter(())  # drop the DataLoader iterator: shuts its (non-persistent) workers down
-            self.done.set()
-
-    def _run(self) -> Iterator[tuple[dict[str, Any], float]]:
-        ds, owner = self.owner.dataset, self.owner
-        cameras = {c.key: c for c in ds.manifest.cameras}
-        router = Router(str(self.decode), cameras=cameras, capability=self.capability)
-        stream = None
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-            stream = torch.cuda.Stream(self.device)
-        staging = {cam: torch.device("cpu" if cam in ds.depth else router.camera_device(cam)) for cam in cameras}
-
-        budget = RunBudget(ds.decode_cache_bytes)  # decoded GOP runs of all clips together (runs.py)
-        idle = ds.idle_policy.begin()  # this process's decoders kept across epochs, or None (idle_policy.py)
-
-        def make() -> DeviceDecoders:  # one per live clip: its decoders (GPU, CPU fallback) and their state
-            return DeviceDecoders(router, keep=ds.keep_frames, max_gpu_decoders=owner.max_gpu_decoders,
-                                  max_call_bytes=DECODE_CALL_BYTES, run_budget=budget, idle=idle, depth=ds.depth)
-        pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
-                          pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
-                          max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,
-                          # the decoder's own memory order: the GPU transposes (stage.py, "Layout"), or no one does
-                          channels_last=stream is not None or owner.channels_last,
-                          dtype=torch.float32 if stream is None and not ds.return_uint8 else torch.uint8,
-                          buffers=owner._buffers, depth=frozenset(ds.depth))
-        flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
-
-        published = [0.0]
-
-        def flush(*, every_s: float = 0.0) -> None:
-            """Publish the pool's counters to ``stats()``: at most every ``every_s`` seconds while batches flow
-            (summing every live clip's counters once per batch cost ~2% of this process's CPU), always at the end."""
-            now = time.perf_counter()
-            if now - published[0] < every_s:
-                return
-            published[0] = now
-            d = pool.stats
-            flusher.flush({"decode_seconds": d.decode_seconds, "decoder_opens": d.decoder_opens,
-                           "decoder_reuses": d.decoder_reuses, "decode_calls": d.decode_calls,
-                           "frames_decoded": d.frames_decoded, "fallback_clips": router.fallback_clips})
-            owner._routes = {"clips_by_device": dict(router.clips), "fallbacks": dict(router.fallbacks)}
-
-        inflight: deque[BatchJob] = deque()
-
-        def finish() -> tuple[dict[str, Any], float]:
-            job = inflight.popleft()
-            t0 = time.perf_counter()
-            job.wait()
-            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                batch = finish_batch(job, device=self.device, return_uint8=ds.return_uint8,
-                                     image_transforms=ds.image_transforms, channels_last=owner.channels_last,
-                                     depth=frozenset(ds.depth), image_clips=ds.image_clips)
-            if stream is not None:
-                stream.synchronize()  # blocks this thread only; the batch is complete when handed over
-            now = time.perf_counter()
-            owner._totals["stage_seconds"] += now - t0
-            flush(every_s=_PUBLISH_EVERY_S)
-            return batch, job.pending.produce_seconds + (now - job.submitted_at)
-
-        try:
-            for pending in self.source:
-                while inflight and inflight[0].done():  # hand over what is ready before waiting on workers
-                    yield finish()
-                t0 = time.perf_counter()
-                inflight.append(pool.submit(pending))
-                owner._totals["stage_seconds"] += time.perf_counter() - t0
-                while len(inflight) > owner.inflight_batches:
-                    yield finish()
-            while inflight:
-                yield finish()
-        finally:
-            pool.close()
-            flush()
-            trim_heap()  # iteration over: the arenas' free pages back to the system (heap.py), flat over epochs
-
-
-def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
-                 image_transforms: Callable[[torch.Tensor], torch.Tensor] | None,
-                 channels_last: bool = False, depth: frozenset[str] = frozenset(),
-                 image_clips: ImageClips = NO_IMAGE_CLIPS) -> dict[str, Any]:
-    """The collated batch of a decoded job, on ``device``: the CPU path's keys, order, shapes, dtypes and values.
-
-    uint8 is the wire format: the pixels cross to the device as uint8 and become float32 there, in one
-    ``x / 255.0`` (the CPU path's arithmetic, so values are bit-identical on the CPU), which also makes channels-last
-    staged frames contiguous [.., C, H, W] (``channels_last``: the division keeps their memory order instead).
-    ``depth`` cameras arrive as float32 maps in their unit (decode/depth.py): moved, never divided or transformed.
-    ``image_clips``: image features compiled as clips, as LeRobot returns them (float32, in their place)."""
-    pending = job.pending
-    out: dict[str, Any] = {}
-    for cam, plan in pending.cameras.items():
-        x = job.frames[cam].to(device, non_blocking=True)
-        if job.channels_last:
-            x = x.permute(0, 3, 1, 2)  # a view; made contiguous by the division or the copy below
-        if (not return_uint8 or cam in image_clips) and x.dtype == torch.uint8:
-            y = (torch.empty_like(x, dtype=torch.float32) if channels_last  # same strides: channels last
-                 else torch.empty(x.shape, dtype=torch.float32, device=x.device))
-            x = torch.div(x, 255.0, out=y)  # uint8 / Python float -> float32, one pass, where the batch lands
-        elif job.channels_last and not channels_last:
-            x = x.contiguous()
-        if plan.stacked:
-            x = x.view(pending.size, plan.window, *x.shape[1:])
-        if image_transforms is not None and cam not in depth:  # LeRobot transforms no depth map
-            x = torch.stack([image_transforms(s) for s in x])
-        out[cam] = x
-    for key, v in pending.values.items():
-        out[key] = v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-    finish_images(out, pending.images, image_transforms, batched=True)
-    return image_clips.apply(out)
 
 
 class _LoaderIter:

@@ -2,15 +2,11 @@
 
 Everyday arguments (delta_timestamps, episodes, shuffle, seed, batch_size, ...) stay flat keywords; the knobs
 most users never touch are grouped here, as frozen dataclasses (as torchcodec and torchdata do), so they can be
-built once, shared between datasets, and checked where they are made. The flat spellings of these knobs
-(``CompiledDataset(retries=3)``) still work for one release and warn with the new spelling
-(``legacy_options``).
+built once, shared between datasets, and checked where they are made.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -107,49 +103,15 @@ class DecodeOptions:
             raise ValueError(f"DecodeOptions.frame_order must be one of {FRAME_ORDERS}, got {self.frame_order!r}")
 
 
-# old flat keyword of CompiledDataset -> (group argument, field)
-LEGACY = {
-    "readahead": ("stream", "readahead"),
-    "retries": ("stream", "retries"),
-    "backoff_s": ("stream", "backoff_s"),
-    "verify_checksums": ("stream", "verify_checksums"),
-    "storage_options": ("stream", "storage_options"),
-    "decode_device": ("decode", "device"),
-    "decode_fallback": ("decode", "fallback"),
-    "decode_batch": ("decode", "batch"),
-    "decode_cache_mb": ("decode", "cache_mb"),
-    "tolerance_s": ("decode", "tolerance_s"),
-    "frame_order": ("decode", "frame_order"),
-}
 _GROUPS = {"stream": StreamOptions, "decode": DecodeOptions}
 
 
-def legacy_options(stream: StreamOptions | None, decode: DecodeOptions | None, legacy: Mapping[str, Any], *,
-                   owner: str = "CompiledDataset") -> tuple[StreamOptions, DecodeOptions]:
-    """Fold old flat keywords into the option groups, warning once per call with the new spelling.
-
-    Unknown keywords raise TypeError like any Python call; a knob given both ways is refused (which one would
-    win is not obvious to a reader of the call)."""
-    unknown = sorted(k for k in legacy if k not in LEGACY)
-    if unknown:
-        raise TypeError(f"{owner}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}")
-    groups: dict[str, Any] = {"stream": stream, "decode": decode}
+def resolve_options(stream: StreamOptions | None, decode: DecodeOptions | None, *,
+                    owner: str = "CompiledDataset") -> tuple[StreamOptions, DecodeOptions]:
+    """The option groups a dataset runs with: the defaults where None, refused when of the wrong class (a
+    ``StreamOptions`` passed as ``decode=`` would otherwise fail later, far from the call)."""
     for name, value in (("stream", stream), ("decode", decode)):
         if value is not None and not isinstance(value, _GROUPS[name]):
             raise TypeError(f"{owner}({name}=...) takes a roboreel.{_GROUPS[name].__name__}, got "
                             f"{type(value).__name__}")
-    changes: dict[str, dict[str, Any]] = {"stream": {}, "decode": {}}
-    for key, value in legacy.items():
-        group, field = LEGACY[key]
-        if groups[group] is not None:
-            raise TypeError(f"{owner}() got {key}= and {group}=: pass {group}={_GROUPS[group].__name__}"
-                            f"(..., {field}=...) only")
-        changes[group][field] = value
-    if legacy:
-        spelled = ", ".join(f"{g}={_GROUPS[g].__name__}({', '.join(f'{f}={v!r}' for f, v in c.items())})"
-                            for g, c in changes.items() if c)
-        warnings.warn(f"{owner}({', '.join(f'{k}=...' for k in legacy)}) is deprecated: pass {spelled} "
-                      "(roboreel.StreamOptions / roboreel.DecodeOptions)", DeprecationWarning, stacklevel=3)
-    out = {g: dataclasses.replace(groups[g] or _GROUPS[g](), **changes[g]) if changes[g] else groups[g] or _GROUPS[g]()
-           for g in ("stream", "decode")}
-    return out["stream"], out["decode"]
+    return stream or StreamOptions(), decode or DecodeOptions()

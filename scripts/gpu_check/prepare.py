@@ -35,9 +35,6 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 WHEELS: tuple[tuple[str, str], ...] = (
     ("torchcodec==0.15.0", "CUDA 13.0 build on PyPI; loads with torch 2.11 (stable ABI)"),
     ("av==18.1.0", "PyAV, and the FFmpeg 8.1 libraries torchcodec loads (no FFmpeg there)"),
-    ("webdataset==1.0.2", "roboreel dependency"),
-    ("braceexpand==0.1.7", "webdataset dependency"),
-    ("zstandard==0.25.0", "roboreel dependency"),
     ("lerobot==0.6.1", "LeRobotDataset, the baseline"),
     ("datasets==4.8.5", "LeRobotDataset's parquet reading"),
     ("dill==0.4.1", "datasets dependency"),

@@ -1,6 +1,6 @@
 """The LeRobot integration suite's data, constants and helpers: roboreel held against the real LeRobot 0.6.1 (its
 metadata, policies, LeRobotDataset samples, ``lerobot-train``, accelerate). The suite runs inside a venv that has
-LeRobot (``scripts/ci_lerobot.sh VENV``); every module skips cleanly where ``import lerobot`` fails.
+LeRobot (``.ci/ci_lerobot.sh VENV``); every module skips cleanly where ``import lerobot`` fails.
 
 Not a conftest.py: tests/support imports ``conftest`` by name, which must stay tests/conftest.py. Test modules
 import the ``lerobot_pair`` fixture from here (as ``lerobot_pair_fixture``).

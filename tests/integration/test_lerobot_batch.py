@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-pytest.importorskip("lerobot.scripts.lerobot_train", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
+pytest.importorskip("lerobot.scripts.lerobot_train", reason="needs the real LeRobot (.ci/ci_lerobot.sh VENV)")
 
 from lerobot.configs.default import DatasetConfig  # noqa: E402
 from lerobot.configs.train import TrainPipelineConfig  # noqa: E402

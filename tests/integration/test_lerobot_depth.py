@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("lerobot.datasets.lerobot_dataset", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
+pytest.importorskip("lerobot.datasets.lerobot_dataset", reason="needs the real LeRobot (.ci/ci_lerobot.sh VENV)")
 
 from lerobot.configs.video import RGBEncoderConfig  # noqa: E402
 from lerobot.datasets.lerobot_dataset import LeRobotDataset  # noqa: E402

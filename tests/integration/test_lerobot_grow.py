@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("lerobot.datasets.dataset_tools", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
+pytest.importorskip("lerobot.datasets.dataset_tools", reason="needs the real LeRobot (.ci/ci_lerobot.sh VENV)")
 
 from lerobot.datasets import LeRobotDataset  # noqa: E402
 from lerobot.datasets.dataset_tools import delete_episodes  # noqa: E402

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-pytest.importorskip("lerobot.datasets.language", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
+pytest.importorskip("lerobot.datasets.language", reason="needs the real LeRobot (.ci/ci_lerobot.sh VENV)")
 
 from lerobot.annotations.steerable_pipeline.executor import Executor  # noqa: E402
 from lerobot.annotations.steerable_pipeline.writer import LanguageColumnsWriter  # noqa: E402

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("lerobot.policies.factory", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
+pytest.importorskip("lerobot.policies.factory", reason="needs the real LeRobot (.ci/ci_lerobot.sh VENV)")
 
 from lerobot.datasets import LeRobotDatasetMetadata  # noqa: E402
 from lerobot.datasets.factory import resolve_delta_timestamps  # noqa: E402

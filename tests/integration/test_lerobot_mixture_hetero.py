@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("lerobot.datasets.lerobot_dataset", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
+pytest.importorskip("lerobot.datasets.lerobot_dataset", reason="needs the real LeRobot (.ci/ci_lerobot.sh VENV)")
 
 from lerobot.datasets.lerobot_dataset import LeRobotDataset  # noqa: E402
 from lerobot_support import TINY_ACT, run_train  # noqa: E402

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("lerobot.scripts.lerobot_train", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
+pytest.importorskip("lerobot.scripts.lerobot_train", reason="needs the real LeRobot (.ci/ci_lerobot.sh VENV)")
 pytest.importorskip("accelerate", reason="lerobot-train needs accelerate")
 
 import torch  # noqa: E402

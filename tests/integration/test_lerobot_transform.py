@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("lerobot.datasets.compute_stats", reason="needs the real LeRobot (scripts/ci_lerobot.sh VENV)")
+pytest.importorskip("lerobot.datasets.compute_stats", reason="needs the real LeRobot (.ci/ci_lerobot.sh VENV)")
 
 import torch  # noqa: E402
 import torchvision.transforms.v2.functional as tvf  # noqa: E402

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -28,6 +29,7 @@ CAMERAS = ["observation.images.top", "observation.images.wrist"]
 WINDOWS = {"action": [-0.1, 0.0, 0.1], "observation.images.top": [-0.05, 0.0]}
 # Stalls longer than the client's per-read timeout, so "slow" faults are real timeouts, retried.
 TIMEOUTS = {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=0.3)}}
+SEED = 5  # the epochs' seed (their plan: planned_frames)
 MIXES = {
     "resets": dict(reset=1.0),
     "503s": dict(unavailable=1.0),
@@ -51,7 +53,7 @@ def faults(mix: str, rate: float, seed: int, **kw) -> Faults:
 def epoch(url: str, *, retries: int, num_workers: int = 2) -> tuple[CompiledDataset, list[dict], list[Exception]]:
     """One shuffled epoch through a DataLoader: every sample served (batches uncollated) and the errors that
     ended workers' streams (the other workers' samples are still collected after one fails)."""
-    ds = CompiledDataset(url, delta_timestamps=WINDOWS, episode_pool_size=3, seed=5,
+    ds = CompiledDataset(url, delta_timestamps=WINDOWS, episode_pool_size=3, seed=SEED,
                          stream=StreamOptions(backoff_s=0.01, retries=retries, storage_options=TIMEOUTS))
     it = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers))
     samples: list[dict] = []
@@ -81,7 +83,7 @@ def run_faulty(compiled, reference, mix: str, rate: float, seed: int, *, retries
                max_faults: int = 12) -> dict[str, int]:
     """An epoch under faults. With ``retries >= max_faults`` the retry budget cannot run out, so the epoch must
     be complete; otherwise it is complete, or short with a ShardReadError that needed more than ``retries``
-    faults, names the shard and the episode it lost, and never served that episode."""
+    faults, names the shard and the episode it lost, and never served the part of it the failing worker held."""
     with FaultyServer(compiled, faults=faults(mix, rate, seed, max_faults=max_faults), lifetime_s=120) as server:
         ds, samples, errors = epoch(server.url, retries=retries)
         injected = server.faults_injected()
@@ -92,8 +94,27 @@ def run_faulty(compiled, reference, mix: str, rate: float, seed: int, *, retries
         assert retries < max_faults and sum(injected.values()) > retries, errors
         pattern = rf"kept failing \({retries + 1} attempts\).*\(file shards/shard-\d+\.tar, episode (\d+)\)"
         lost = {int(re.search(pattern, str(e), re.S).group(1)) for e in errors}
-        assert not lost & {int(s["episode_index"]) for s in samples}
+        for e in lost:  # the worker that lost it served none of its part (another may serve the rest of a cut one)
+            served = {int(s["frame_index"]) for s in samples if int(s["episode_index"]) == e}
+            assert any(part and not part & served for part in planned_frames(compiled, e)), (e, sorted(served))
     return injected
+
+
+def planned_frames(compiled: Path, episode: int, num_workers: int = 2) -> list[set[int]]:
+    """The frames of ``episode`` each DataLoader worker of ``epoch`` was to serve: an episode may be cut between
+    consumers (``Slice.ranges``, plan/epoch.py), so the one a worker lost can still be served in part. Planned on
+    the local copy (the server is gone): the plan depends on the manifest and epoch()'s seed only."""
+    ds = CompiledDataset(str(compiled), seed=SEED)
+    out = []
+    for w in range(num_workers):
+        frames: set[int] = set()
+        for s in ds._slices(ds._world(w, num_workers), 0):
+            for i, e in enumerate(s.episodes):
+                if int(e) == episode:
+                    a, b = s.ranges[i] if s.ranges is not None else (0, ds.manifest.lengths[episode])
+                    frames |= set(range(a, b))
+        out.append(frames)
+    return out
 
 
 @pytest.mark.parametrize("mix", list(MIXES))

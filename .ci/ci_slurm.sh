@@ -4,7 +4,7 @@
 # `sinfo` as idle/mixed, it only says so. Exits non-zero (with the reason) when SLURM cannot be started, so a CI
 # runner can skip the SLURM test instead of failing for reasons outside roboreel.
 #
-#   sudo bash scripts/ci_slurm.sh && ROBOREEL_SLURM=1 .venv/bin/python -m pytest -q -m slurm tests/test_slurm.py
+#   sudo bash .ci/ci_slurm.sh && ROBOREEL_SLURM=1 .venv/bin/python -m pytest -q -m slurm tests/test_slurm.py
 #
 # What it writes: /etc/slurm/slurm.conf (this host, CPUs=$(nproc), proctrack/linuxproc, task/none,
 # select/cons_tres, SlurmUser=root: no cgroups, no accounting), logs under /var/log/slurm.
@@ -36,7 +36,7 @@ cpus=$(nproc)
 mem_mb=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 512 ))
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /var/lib/munge /var/log/munge
 cat >/etc/slurm/slurm.conf <<EOF
-# written by roboreel scripts/ci_slurm.sh: a single-node cluster for tests
+# written by roboreel .ci/ci_slurm.sh: a single-node cluster for tests
 ClusterName=roboreel-ci
 SlurmctldHost=${host}
 AuthType=auth/munge
