@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile tests --ignore=tests/integration
 
 lint: $(STAMP)
-	$(BIN)/ruff check roboreel tests scripts .ci
+	$(BIN)/ruff check roboreel tests scripts benchmarks .ci
 
 clean:
 	rm -rf $(DEMO) build .pytest_cache

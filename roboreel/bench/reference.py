@@ -1,6 +1,6 @@
 """``ReferenceDataset``: a plain, efficient map-style reader over a LeRobot v3 *source* dataset.
 
-It follows the sample contract (shared/SAMPLE_CONTRACT.md) the way LeRobot's ``LeRobotDataset`` does, and serves
+It follows the sample contract (``LeRobotDataset.__getitem__``'s, docs/reader.md "What a sample is") the way LeRobot's ``LeRobotDataset`` does, and serves
 twice: as the oracle the compiled reader is tested against, and as the baseline in benchmarks. So it is honest
 about speed: tabular columns are loaded once into numpy, decoders are torchcodec ``VideoDecoder``\\ s in
 ``"approximate"`` seek mode kept in a small LRU per mp4 (LeRobot keeps a decoder cache too), and

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DataSpec:
-    """The benchmark dataset (the issue's protocol: 3 cameras, 20 fps, 224x224, >= 40 episodes)."""
+    """The benchmark dataset (the standard protocol: 3 cameras, 20 fps, 224x224, >= 40 episodes)."""
 
     episodes: int = 40
     cameras: int = 3

@@ -1,12 +1,12 @@
 """Stream copy or re-encode, per clip: a source span is copied only when the reader can use it as it is.
 
 A reader decodes a clip with torchcodec (CPU, or NVDEC on the GPU path) at random positions, so a copy needs a
-codec the compiled format promises (HEVC, H.264: roboreel's rule before issue 27, kept; AV1 sources are
-re-encoded as they always were), the pixel format roboreel's RGB path carries (``yuv420p``; 10/12-bit and
+codec the compiled format promises (HEVC, H.264; AV1 sources are
+re-encoded), the pixel format roboreel's RGB path carries (``yuv420p``; 10/12-bit and
 4:2:2/4:4:4 sources are re-encoded to 8-bit 4:2:0, which is what torchcodec hands a trainer anyway), and keyframes
 close enough that a random frame costs few extra decodes (``CompileSettings.remux_max_gop``, 32: LeRobot writes
-g=2, phones and recorders 30-250; issue 27 measured a 240-frame-GOP H.264 copy reading 1.8-2x slower through
-``roboreel.loader`` than its re-encode). Depth clips follow their own rule (depth.py).
+g=2, phones and recorders 30-250; a 240-frame-GOP H.264 copy was measured reading 1.8-2x slower through
+``roboreel.loader`` than its re-encode, docs/format.md). Depth clips follow their own rule (depth.py).
 
 Every refusal is a sentence that lands in the clip's json (``why``), so ``roboreel compile`` can say per clip what
 it did and why.

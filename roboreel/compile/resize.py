@@ -4,7 +4,7 @@ The target is what policies do after LeRobot's loader: ``torchvision.transforms.
 [H, W], antialias=True)`` on the decoded uint8 RGB frame, i.e. torch's antialiased bilinear interpolation
 (``torch.nn.functional.interpolate(mode="bilinear", antialias=True)``). Compile feeds x265 yuv420p, so a filter
 is scored by the PSNR of its yuv420p output (as a reader decodes it to RGB) against that reference. Measured
-with scripts/resize_filters.py (docs/format.md, "Resize and frame rate"): see ``FILTER`` for the choice.
+with benchmarks/resize_filter_psnr.py (docs/format.md, "Resize and frame rate"): see ``FILTER`` for the choice.
 
 Depth maps are never averaged: a depth camera resizes with nearest neighbour (``DEPTH_FILTER``).
 """
@@ -34,7 +34,7 @@ def resize_frame(frame: av.VideoFrame, height: int, width: int, method: str = FI
     swscale filters applied to the yuv planes directly.
     """
     if method == "torch":
-        import torch  # only for this candidate (scripts/resize_filters.py)
+        import torch  # only for this candidate (benchmarks/resize_filter_psnr.py)
 
         rgb = torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1)[None]
         small = torch.nn.functional.interpolate(rgb, size=(height, width), mode="bilinear", antialias=True)

@@ -60,8 +60,8 @@ class CompileSettings:
     psnr_frames: int = 4  # frames per re-encoded clip compared with the source decode for the PSNR report
     loop_filters: bool = False  # x265 deblocking + SAO: ~+0.6 dB PSNR for ~25% more CPU decode (module doc)
     # A source span is stream-copied only when no keyframe interval in it is longer than this (frames): a long
-    # GOP makes every random access decode up to that many frames (issue 27: a 240-frame GOP H.264 read 1.8-2x
-    # slower than re-encoded). LeRobot writes g=2; phones and recorders write 30-250.
+    # GOP makes every random access decode up to that many frames (measured: a 240-frame GOP H.264 read
+    # 1.8-2x slower than re-encoded, docs/format.md). LeRobot writes g=2; phones and recorders write 30-250.
     remux_max_gop: int = 32
     # Fidelity floor of re-encoded RGB (dB, every frame in RGB against the source decode): below it the clip is
     # re-encoded at a lower CRF (down to ``crf - 12`` in steps of 4), then x265 lossless (transcode.py).

@@ -1,5 +1,5 @@
 """Property tests of the delta-window arithmetic (reader/plan/windows.py) against a brute-force model of the sample
-contract (shared/SAMPLE_CONTRACT.md), over random fps, deltas and episode bounds, and end to end on a compiled
+contract (``LeRobotDataset.__getitem__``'s, docs/reader.md), over random fps, deltas and episode bounds, and end to end on a compiled
 dataset: every window the reader serves is the one the model predicts, by pixel code and exact values."""
 
 from __future__ import annotations
