@@ -89,8 +89,8 @@ def test_cuda_without_a_device_raises_unless_falling_back_to_cpu(compiled, caplo
         ds = CompiledDataset(str(compiled), decode=DecodeOptions(device="cuda:0", fallback="cpu"))
     assert ds.decode_device == "cpu"
     assert [r.getMessage() for r in caplog.records if r.name == ROUTING_LOG] == [
-        "decode_device='cuda:0': no CUDA device (torch.cuda.is_available() is False (torch "
-        f"{torch.__version__} is a CPU build)); decoding on the CPU (decode_fallback='cpu')"]
+        "DecodeOptions(device='cuda:0'): no CUDA device (torch.cuda.is_available() is False (torch "
+        f"{torch.__version__} is a CPU build)); decoding on the CPU (fallback='cpu')"]
     assert len(list(ds)) == ds.manifest.total_frames  # and it reads
 
 

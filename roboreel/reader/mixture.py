@@ -187,7 +187,7 @@ class MixtureDataset(EpochState, IterableDataset):
             codecs = {(cm.rename[c.key], c.codec) for m, cm in held for c in m.manifest.cameras if c.key in cm.rename}
             if len(codecs) != len({k for k, _ in codecs}):
                 raise MixtureMismatch(f"the datasets {self.urls} encode a camera with different codecs: decode "
-                                      "them on the CPU (decode_device='cpu'), or compile them alike")
+                                      "them on the CPU (DecodeOptions(device='cpu')), or compile them alike")
         # what roboreel.loader reads of it (camera sizes, codecs), under the canonical keys
         self.manifest = m0.manifest if canon.identity else CanonicalManifest(
             m0.manifest, canonical_specs(canon, [m.manifest for m in self.members]))
@@ -297,7 +297,7 @@ class MixtureDataset(EpochState, IterableDataset):
     # -- iteration --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if self.decode_device != "cpu":
-            raise RuntimeError(f"a mixture with decode_device={self.decode_device!r} decodes on the GPU in the main "
+            raise RuntimeError(f"a mixture decoding on {self.decode_device!r} decodes on the GPU in the main "
                                "process: read it with roboreel.loader(dataset, batch_size=..., ...) (docs/gpu.md)")
         return self._iterate(deferred=False)
 

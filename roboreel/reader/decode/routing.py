@@ -1,7 +1,7 @@
 """Which device decodes a clip: the decode device a dataset asks for, and the per-clip CPU fallback.
 
 ``decode_device`` is "cpu", "cuda" or "cuda:N". Asking for CUDA where there is none is an error at construction
-(``decode_fallback="cpu"`` turns it into one warning and CPU decoding), because a training job that silently
+(``DecodeOptions(fallback="cpu")`` turns it into one warning and CPU decoding), because a training job that silently
 decodes on the CPU is slower by an order of magnitude and nobody notices. Individual clips the GPU cannot decode
 are a different matter: NVDEC has minimum frame sizes and codec x architecture gaps (AV1 on A100/H100), a
 torchcodec build may lack CUDA, and a decode can fail. Those clips go to the CPU automatically, ``Router`` logs
@@ -65,11 +65,11 @@ def resolve_decode_device(device: object, *, fallback: DecodeFallback = "error")
     if why is None:
         return text
     if fallback == "cpu":
-        logger.warning("decode_device=%r: no CUDA device (%s); decoding on the CPU (decode_fallback='cpu')",
+        logger.warning("DecodeOptions(device=%r): no CUDA device (%s); decoding on the CPU (fallback='cpu')",
                        text, why)
         return "cpu"
-    raise RuntimeError(f"no CUDA device: {why}; use decode_device='cpu', or decode_fallback='cpu' to fall back "
-                       "to CPU decoding with a warning")
+    raise RuntimeError(f"no CUDA device: {why}; use DecodeOptions(device='cpu'), or DecodeOptions(fallback='cpu') "
+                       "to fall back to CPU decoding with a warning")
 
 
 def torchcodec_cuda_support() -> tuple[bool, str]:
