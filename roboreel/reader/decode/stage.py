@@ -132,11 +132,16 @@ class DecodePool:
         """Start decoding ``pending``; the job's tensors are complete once ``job.wait()`` returns."""
         self.store.admit(pending.clips)
         frames = {cam: self._alloc(cam, pending.size * plan.window) for cam, plan in pending.cameras.items()}
-        targets: dict[ClipKey, list[tuple[torch.Tensor, int, int]]] = {}
+        targets: dict[ClipKey, _Targets] = {}
         for cam, plan in pending.cameras.items():
             out = frames[cam]
+            array = out.numpy() if out.device.type == "cpu" else None  # once per batch, not once per frame
             for slot, (key, f) in enumerate(plan.refs):
-                targets.setdefault(key, []).append((out, slot, f))
+                t = targets.get(key)
+                if t is None:
+                    t = targets[key] = _Targets(out, array)
+                t.slots.append(slot)
+                t.frames.append(f)
         job = BatchJob(pending, frames, channels_last=self.channels_last)
         for key, (queried, lanes) in pending.wanted.items():
             clip = self.store.get(key)
@@ -213,7 +218,7 @@ class DecodePool:
 
     # -- tasks (pool threads) ----------------------------------------------------------------------------
     def _decode_task(self, decoders: Any, clip: Clip, lanes: dict[int, int], queried: dict[int, float],
-                     targets: list[tuple[torch.Tensor, int, int]], runs: dict[int, int] | None) -> None:
+                     targets: _Targets, runs: dict[int, int] | None) -> None:
         if self.stream is not None:
             with torch.cuda.stream(self.stream):
                 self._decode(decoders, clip, lanes, queried, targets, runs)
@@ -221,33 +226,43 @@ class DecodePool:
             self._decode(decoders, clip, lanes, queried, targets, runs)
 
     def _decode(self, decoders: Any, clip: Clip, lanes: dict[int, int], queried: dict[int, float],
-                targets: list[tuple[torch.Tensor, int, int]], runs: dict[int, int] | None) -> None:
+                targets: _Targets, runs: dict[int, int] | None) -> None:
+        """Decode the clip's frames of one batch and copy each into its slots. Every check and conversion is made
+        once per decoded frame (or once per task), not once per slot: at 224x224 and smaller the per-slot Python
+        work cost as much CPU as the copy itself."""
         got = decoders.frames(clip, lanes, runs)  # a run's first frame decodes the rest of it (runs.py)
-        for f, (_, pts) in got.items():
+        out, dst = targets.out, targets.array
+        shape = out.shape[1:]
+        cpu = dst is not None
+        frames: dict[int, torch.Tensor] = {}  # checked once per decoded frame
+        for f, (frame, pts) in got.items():
             if not abs(pts - queried[f]) < self.tolerance_s:
                 raise FrameTimestampError(video=clip.name, episode=clip.episode, queried_s=queried[f], loaded_s=pts,
                                           tolerance_s=self.tolerance_s)
-        arrays: dict[int, Any] = {}  # numpy views of CPU frames, made once per frame
-        for out, slot, f in targets:
-            frame = got[f][0]
             if self.channels_last:
                 frame = frame.permute(1, 2, 0)  # [H, W, C]: the decoder's own memory order (see the class doc)
-            if frame.shape != out.shape[1:]:
+            if frame.shape != shape:
                 raise CompiledFormatError(f"{clip.name}: decoded frames are {tuple(frame.shape)}, the manifest says "
-                                          f"{tuple(out.shape[1:])} for camera {clip.camera!r}", file=clip.shard,
+                                          f"{tuple(shape)} for camera {clip.camera!r}", file=clip.shard,
                                           episode=clip.episode)
-            if out.device.type == "cpu" and frame.device.type == "cpu":
-                a = arrays.get(f)
-                if a is None:
-                    a = arrays[f] = frame.numpy()
-                if frame.dtype == torch.float32:  # a depth map, in its unit already: copied as it is
-                    out.numpy()[slot][...] = a
-                elif out.dtype == torch.uint8:
-                    copy_frame(a, out.numpy()[slot])  # one thread, GIL released (see the module doc)
-                else:
-                    np.divide(a, _255, out=out.numpy()[slot])  # float32, as torch's uint8 / 255.0
-            else:
-                out[slot].copy_(frame, non_blocking=True)
+            if frame.device.type != "cpu":
+                cpu = False
+            frames[f] = frame
+        pairs = zip(targets.slots, targets.frames, strict=True)
+        if not cpu:
+            for slot, f in pairs:
+                out[slot].copy_(frames[f], non_blocking=True)
+            return
+        arrays = {f: frame.numpy() for f, frame in frames.items()}
+        if any(a.dtype == np.float32 for a in arrays.values()):  # a depth map, in its unit already: as it is
+            for slot, f in pairs:
+                dst[slot] = arrays[f]
+        elif out.dtype != torch.uint8:  # float32, as torch's uint8 / 255.0
+            for slot, f in pairs:
+                np.divide(arrays[f], _255, out=dst[slot])
+        else:
+            for slot, f in pairs:
+                copy_frame(arrays[f], dst[slot])  # one thread, GIL released (see the module doc)
 
     def _release_task(self, decoders: Any, clip: Clip) -> None:
         decoders.release(clip)
@@ -300,6 +315,17 @@ def copy_frame(src: np.ndarray, dst: np.ndarray) -> None:
             if all(g is p for g, p in zip(got, planes, strict=True)):  # written in place (same shape and dtype)
                 return
     dst[...] = src
+
+
+@dataclass
+class _Targets:
+    """Where one clip's frames of a batch go: its camera's batch tensor (``array``: its numpy view, made once per
+    batch; None off the CPU) and, per slot of that tensor, the clip frame it holds."""
+
+    out: torch.Tensor
+    array: np.ndarray | None
+    slots: list[int] = field(default_factory=list)
+    frames: list[int] = field(default_factory=list)
 
 
 def _forward(src: Future, dst: Future) -> None:
