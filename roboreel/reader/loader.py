@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 _REFUSED = ("collate_fn", "sampler", "batch_sampler", "shuffle")
 _CLOSE_WAIT_S = 120.0
+_HELD_BATCHES = 4  # outside the queues: one submitted, one being finished, two held by the loop (old and new)
 
 
 class _PendingStream(IterableDataset):
@@ -155,7 +156,12 @@ class DeviceLoader:
         self._stage_done: threading.Event | None = None
         self._totals = {"batches": 0, "stage_seconds": 0.0, "wait_seconds": 0.0}
         self._routes: dict[str, Any] = {}
-        self._buffers = BufferPool()  # batch arrays reused across batches and epochs (buffers.py)
+        # batch arrays reused across batches and epochs (buffers.py). Every camera of a size shares one list, so
+        # the pool must hold what all cameras have in flight at once: batches queued, being decoded, being finished
+        # and the one or two the loop holds. Sized for one camera (8), a 3-camera 224x224 loader never got an array
+        # back and faulted in 3 fresh mmaps per batch: ~7% of its CPU in the kernel (perf, docs/benchmarks.md).
+        self._buffers = BufferPool(keep=(prefetch_batches + inflight_batches + _HELD_BATCHES)
+                                   * max(1, len(dataset.manifest.cameras)))
 
     # -- iteration -------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:

@@ -12,8 +12,11 @@ How a batch is decoded:
   clips together by one ``RunBudget``: runs.py), pts checked, and
   every frame copied into its slots of the camera's batch tensor ``[B * T, C, H, W]`` (allocated once per batch,
   pinned when the batch goes to CUDA, so the copy to the GPU is one asynchronous transfer of uint8);
-- a clip's tasks run one at a time and in batch order (its decoder is stateful and moves forward), chained with
-  futures rather than blocking a thread; tasks of different clips, also of the next batches, run in parallel;
+- a clip's tasks run one at a time and in batch order (its decoder is stateful and moves forward): they wait in
+  the clip's queue while one of them runs, and the thread that runs it goes on with the next, so no thread blocks
+  and no ``Future`` is made per task (at 224x224 x 3 cameras a chained future and its callbacks were a good part of
+  the training process's allocations, and so of its cyclic-GC time); tasks of different clips, also of the next
+  batches, run in parallel;
 - a released clip's decoders are closed by a task on the same chain, after its last decode.
 
 Frames decoded on the CPU are copied with numpy (single-threaded, GIL released) rather than ``Tensor.copy_``,
@@ -25,9 +28,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,16 +67,30 @@ class BatchJob:
     pending: PendingBatch
     frames: dict[str, torch.Tensor]  # camera -> uint8 [B * T, C, H, W] (or [B * T, H, W, C]), staging device
     channels_last: bool = False
-    futures: list[Future] = field(default_factory=list)
     submitted_at: float = field(default_factory=time.perf_counter)
+    left: int = 0  # tasks not finished yet
+    error: BaseException | None = None  # the first task error
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def task_done(self, error: BaseException | None) -> None:
+        """One task finished (pool threads), ``error`` if it failed."""
+        with self._cond:
+            if error is not None and self.error is None:
+                self.error = error
+            self.left -= 1
+            if self.left <= 0:
+                self._cond.notify_all()
 
     def done(self) -> bool:
-        return all(f.done() for f in self.futures)
+        return self.left <= 0
 
     def wait(self) -> None:
         """Block until every task finished; re-raise the first error (a bad clip names its file and episode)."""
-        for f in self.futures:
-            f.result()
+        with self._cond:
+            while self.left > 0:
+                self._cond.wait()
+        if self.error is not None:
+            raise self.error
 
 
 class DecodePool:
@@ -122,7 +139,9 @@ class DecodePool:
         self.buffers = BufferPool() if buffers is None else buffers  # the loader's: kept across epochs
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="roboreel-decode-pool")
         self._slots: OrderedDict[ClipKey, Any] = OrderedDict()  # live clip -> its decoders (LRU order)
-        self._tails: dict[ClipKey, Future] = {}  # the last task submitted for each clip
+        # clip -> its tasks not finished, in order; the first is running (or about to): a clip is here while a pool
+        # thread works through its queue (``_drain``), and only then
+        self._queues: dict[ClipKey, deque[tuple[Callable[..., Any], tuple[Any, ...], BatchJob | None]]] = {}
         self._closed_stats = DecodeStats()  # counters of decoders already closed
         self._lock = threading.Lock()
         self._closing = False
@@ -132,23 +151,27 @@ class DecodePool:
         """Start decoding ``pending``; the job's tensors are complete once ``job.wait()`` returns."""
         self.store.admit(pending.clips)
         frames = {cam: self._alloc(cam, pending.size * plan.window) for cam, plan in pending.cameras.items()}
-        targets: dict[ClipKey, list[tuple[torch.Tensor, int, int]]] = {}
+        targets: dict[ClipKey, _Targets] = {}
         for cam, plan in pending.cameras.items():
             out = frames[cam]
+            array = out.numpy() if out.device.type == "cpu" else None  # once per batch, not once per frame
             for slot, (key, f) in enumerate(plan.refs):
-                targets.setdefault(key, []).append((out, slot, f))
-        job = BatchJob(pending, frames, channels_last=self.channels_last)
+                t = targets.get(key)
+                if t is None:
+                    t = targets[key] = _Targets(out, array)
+                t.slots.append(slot)
+                t.frames.append(f)
+        job = BatchJob(pending, frames, channels_last=self.channels_last, left=len(pending.wanted))
         for key, (queried, lanes) in pending.wanted.items():
             clip = self.store.get(key)
             decoders = self._slot(key)
-            job.futures.append(self._chain(key, self._decode_task, decoders, clip, lanes, queried, targets[key],
-                                           pending.runs.get(key)))
+            self._enqueue(key, self._decode_task, (decoders, clip, lanes, queried, targets[key], pending.runs.get(key)),
+                          job)
         for key in pending.release:
             clip = self.store.release(key) or Clip.stub(key)
             decoders = self._slots.pop(key, None)
             if decoders is not None:
-                self._chain(key, self._release_task, decoders, clip)
-            self._tails.pop(key, None)
+                self._enqueue(key, self._release_task, (decoders, clip))
         self._bound_open_clips()
         return job
 
@@ -172,48 +195,55 @@ class DecodePool:
             self._slots.move_to_end(key)
         return decoders
 
-    def _chain(self, key: ClipKey, fn: Callable[..., Any], *args: Any) -> Future:
-        """Run ``fn(*args)`` on the pool after the clip's previous task (without holding a thread to wait)."""
-        prev = self._tails.get(key)
-        if prev is None or prev.done():  # nothing to wait for: the executor's own future is the chain's tail
-            try:
-                out = self._executor.submit(self._unless_closing, fn, *args)
-            except RuntimeError:  # the pool shut down in between
-                out = Future()
-                out.cancel()
-            self._tails[key] = out
-            return out
-        out = Future()
-
-        def start(_: Any = None) -> None:
-            if self._closing:  # the iteration was closed while the clip waited: nothing more to decode
-                out.cancel()
+    def _enqueue(self, key: ClipKey, fn: Callable[..., Any], args: tuple[Any, ...], job: BatchJob | None = None) -> None:
+        """Run ``fn(*args)`` on the pool after the clip's earlier tasks (without holding a thread to wait); ``job``
+        (if any) is told when it finished."""
+        item = (fn, args, job)
+        with self._lock:
+            queue = self._queues.get(key)
+            if queue is not None:  # a thread works through this clip's queue: it takes this one too, in order
+                queue.append(item)
                 return
-            try:
-                inner = self._executor.submit(self._unless_closing, fn, *args)
-            except RuntimeError:  # the pool shut down in between
-                out.cancel()
-                return
-            inner.add_done_callback(lambda f: _forward(f, out))
+            self._queues[key] = deque((item,))
+        try:
+            self._executor.submit(self._drain, key)
+        except RuntimeError:  # the pool shut down in between: nothing more runs
+            with self._lock:
+                dropped = self._queues.pop(key, ())
+            for _, _, j in dropped:
+                if j is not None:
+                    j.task_done(CancelledError())
 
-        prev.add_done_callback(start)
-        self._tails[key] = out
-        return out
-
-    def _unless_closing(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return None if self._closing else fn(*args)
+    def _drain(self, key: ClipKey) -> None:
+        """Run the clip's queued tasks in order, until its queue is empty (a pool thread)."""
+        while True:
+            with self._lock:
+                queue = self._queues[key]
+                if not queue:
+                    del self._queues[key]
+                    return
+                fn, args, job = queue[0]  # left in the queue while it runs: later tasks of the clip queue behind it
+            error: BaseException | None = None
+            if not self._closing:  # the iteration was closed while the task waited: nothing more to decode
+                try:
+                    fn(*args)
+                except BaseException as e:  # noqa: BLE001 - handed to the batch waiting for it, which re-raises it
+                    error = e
+            with self._lock:
+                queue.popleft()
+            if job is not None:
+                job.task_done(error)
 
     def _bound_open_clips(self) -> None:
         excess = len(self._slots) - self.max_open_clips
         for key in list(self._slots)[:max(0, excess)]:  # least recently used first; idle ones only
-            tail = self._tails.get(key)
-            if tail is None or tail.done():
+            if key not in self._queues:  # nothing queued or running for it
                 decoders = self._slots.pop(key)
-                self._chain(key, self._release_task, decoders, Clip.stub(key))
+                self._enqueue(key, self._release_task, (decoders, Clip.stub(key)))
 
     # -- tasks (pool threads) ----------------------------------------------------------------------------
     def _decode_task(self, decoders: Any, clip: Clip, lanes: dict[int, int], queried: dict[int, float],
-                     targets: list[tuple[torch.Tensor, int, int]], runs: dict[int, int] | None) -> None:
+                     targets: _Targets, runs: dict[int, int] | None) -> None:
         if self.stream is not None:
             with torch.cuda.stream(self.stream):
                 self._decode(decoders, clip, lanes, queried, targets, runs)
@@ -221,33 +251,43 @@ class DecodePool:
             self._decode(decoders, clip, lanes, queried, targets, runs)
 
     def _decode(self, decoders: Any, clip: Clip, lanes: dict[int, int], queried: dict[int, float],
-                targets: list[tuple[torch.Tensor, int, int]], runs: dict[int, int] | None) -> None:
+                targets: _Targets, runs: dict[int, int] | None) -> None:
+        """Decode the clip's frames of one batch and copy each into its slots. Every check and conversion is made
+        once per decoded frame (or once per task), not once per slot: at 224x224 and smaller the per-slot Python
+        work cost as much CPU as the copy itself."""
         got = decoders.frames(clip, lanes, runs)  # a run's first frame decodes the rest of it (runs.py)
-        for f, (_, pts) in got.items():
+        out, dst = targets.out, targets.array
+        shape = out.shape[1:]
+        cpu = dst is not None
+        frames: dict[int, torch.Tensor] = {}  # checked once per decoded frame
+        for f, (frame, pts) in got.items():
             if not abs(pts - queried[f]) < self.tolerance_s:
                 raise FrameTimestampError(video=clip.name, episode=clip.episode, queried_s=queried[f], loaded_s=pts,
                                           tolerance_s=self.tolerance_s)
-        arrays: dict[int, Any] = {}  # numpy views of CPU frames, made once per frame
-        for out, slot, f in targets:
-            frame = got[f][0]
             if self.channels_last:
                 frame = frame.permute(1, 2, 0)  # [H, W, C]: the decoder's own memory order (see the class doc)
-            if frame.shape != out.shape[1:]:
+            if frame.shape != shape:
                 raise CompiledFormatError(f"{clip.name}: decoded frames are {tuple(frame.shape)}, the manifest says "
-                                          f"{tuple(out.shape[1:])} for camera {clip.camera!r}", file=clip.shard,
+                                          f"{tuple(shape)} for camera {clip.camera!r}", file=clip.shard,
                                           episode=clip.episode)
-            if out.device.type == "cpu" and frame.device.type == "cpu":
-                a = arrays.get(f)
-                if a is None:
-                    a = arrays[f] = frame.numpy()
-                if frame.dtype == torch.float32:  # a depth map, in its unit already: copied as it is
-                    out.numpy()[slot][...] = a
-                elif out.dtype == torch.uint8:
-                    copy_frame(a, out.numpy()[slot])  # one thread, GIL released (see the module doc)
-                else:
-                    np.divide(a, _255, out=out.numpy()[slot])  # float32, as torch's uint8 / 255.0
-            else:
-                out[slot].copy_(frame, non_blocking=True)
+            if frame.device.type != "cpu":
+                cpu = False
+            frames[f] = frame
+        pairs = zip(targets.slots, targets.frames, strict=True)
+        if not cpu:
+            for slot, f in pairs:
+                out[slot].copy_(frames[f], non_blocking=True)
+            return
+        arrays = {f: frame.numpy() for f, frame in frames.items()}
+        if any(a.dtype == np.float32 for a in arrays.values()):  # a depth map, in its unit already: as it is
+            for slot, f in pairs:
+                dst[slot] = arrays[f]
+        elif out.dtype != torch.uint8:  # float32, as torch's uint8 / 255.0
+            for slot, f in pairs:
+                np.divide(arrays[f], _255, out=dst[slot])
+        else:
+            for slot, f in pairs:
+                copy_frame(arrays[f], dst[slot])  # one thread, GIL released (see the module doc)
 
     def _release_task(self, decoders: Any, clip: Clip) -> None:
         decoders.release(clip)
@@ -276,14 +316,15 @@ class DecodePool:
     def close(self) -> None:
         """Wait for running tasks (they hold decoders), skip queued ones, close every decoder.
 
-        Not ``shutdown(cancel_futures=True)``: cancelling runs the chain's callbacks inside ``shutdown``, under the
-        executor's lock, and a callback submitting the clip's next task would wait for that lock forever."""
+        Queued tasks are skipped by the threads working through their clips' queues (``_drain``), which then end:
+        ``shutdown`` waits only for them. Not ``shutdown(cancel_futures=True)``: a cancelled drain would leave its
+        clip's queue, and the batches waiting on it, behind."""
         self._closing = True
         self._executor.shutdown(wait=True)
         for decoders in self._slots.values():
             self._retire(decoders)
         self._slots.clear()
-        self._tails.clear()
+        self._queues.clear()
         self.store.clear()
 
 
@@ -302,10 +343,12 @@ def copy_frame(src: np.ndarray, dst: np.ndarray) -> None:
     dst[...] = src
 
 
-def _forward(src: Future, dst: Future) -> None:
-    if src.cancelled():
-        dst.cancel()
-    elif src.exception() is not None:
-        dst.set_exception(src.exception())
-    else:
-        dst.set_result(src.result())
+@dataclass
+class _Targets:
+    """Where one clip's frames of a batch go: its camera's batch tensor (``array``: its numpy view, made once per
+    batch; None off the CPU) and, per slot of that tensor, the clip frame it holds."""
+
+    out: torch.Tensor
+    array: np.ndarray | None
+    slots: list[int] = field(default_factory=list)
+    frames: list[int] = field(default_factory=list)
