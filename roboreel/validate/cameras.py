@@ -40,8 +40,11 @@ def pix_fmt_traits(pix_fmt: str | None) -> tuple[int, int] | None:
 def _axes(feature: dict[str, Any]) -> tuple[int, int, int] | None:
     """(height, width, channels) of a camera feature's 3-d shape: by its ``names`` when they say, else HWC, or
     CHW when the first axis looks like channels (as compile reads it, compile/finalize.py)."""
-    shape, names = list(feature.get("shape") or []), list(feature.get("names") or [])
-    if len(shape) != 3:
+    shape, names = feature.get("shape"), feature.get("names")
+    shape = list(shape) if isinstance(shape, list | tuple) else []
+    names = list(names) if isinstance(names, list | tuple) and all(isinstance(n, str) for n in names) else []
+    # a damaged feature (a shape of non-integers) says nothing: the meta checks report it, this must not crash
+    if len(shape) != 3 or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         return None
     if {"height", "width", "channels"} <= set(names):
         return tuple(int(shape[names.index(n)]) for n in ("height", "width", "channels"))  # type: ignore[return-value]
