@@ -154,3 +154,31 @@ def test_bench_compares_a_mixture_with_its_largest_member(small_source, small_co
     cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=2)
     with pytest.raises(ValueError, match="largest member"):
         run_one("reference", "single", compiled=mix, source=str(small_source), cfg=cfg)
+
+
+def test_bench_reads_a_mixture_of_robots_through_its_remap_file(tmp_path_factory, tmp_path):
+    """``roboreel bench read a,b --remap FILE --pad max``: members with other cameras, sizes and fps are read as
+    one canonical stream (without the file such a mixture would keep only common keys), its largest member alone."""
+    from support.datasets import compiled_pair
+
+    _, a = compiled_pair(tmp_path_factory, episodes_per_shard=2)
+    _, b = compiled_pair(tmp_path_factory, episodes_per_shard=1, episodes=3, fps=10, state_dim=4, action_dim=3,
+                         cameras=("observation.images.front",), seed=5)
+    remap = tmp_path / "remap.json"
+    remap.write_text(json.dumps([{}, {"observation.images.front": "observation.images.top"}]))
+    mix, out = f"{a},{b}", tmp_path / "bench"
+    rc = main(["bench", "read", mix, "--remap", str(remap), "--pad", "max", "--weights", "0.5,0.5", "--readers",
+               "loader,largest_loader", "--modes", "single", "--batch-size", "4", "--num-workers", "0",
+               "--warmup-batches", "1", "--batches", "2", "--repeats", "1", "--no-ceiling", "--no-isolate",
+               "--out", str(out)])
+    assert rc == 0
+    runs = json.loads((out / "runs.json").read_text())
+    assert [(r["reader"], r["samples"]) for r in runs] == [("loader", 8), ("largest_loader", 8)]
+    assert runs[0]["remap_file"] == str(remap) and runs[0]["pad"] == "max"
+    from roboreel.bench.readers import build
+
+    ds = build("loader", "single", compiled=mix, source="", episode_pool_size=None, seed=0, weights=(0.5, 0.5),
+               remap_file=str(remap), pad="max").compiled
+    sample = next(iter(ds))
+    assert sample["observation.state"].shape == (6,) and "observation.state_dim_is_pad" in sample
+    assert "observation.images.wrist_is_missing" in sample and "observation.images.front" not in sample

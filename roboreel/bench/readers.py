@@ -131,10 +131,12 @@ def largest_member(compiled: str) -> str:
 
 def build(reader: str, mode: str, *, compiled: str, source: str, episode_pool_size: int | None, seed: int,
           decode_device: str = "cpu", storage_options: dict | None = None, return_uint8: bool = False,
-          resize: tuple[int, int] | None = None, weights: Sequence[float] | None = None) -> Built:
+          resize: tuple[int, int] | None = None, weights: Sequence[float] | None = None,
+          remap_file: str | None = None, pad: str | None = None) -> Built:
     """Construct one reader's dataset for ``mode`` (``return_uint8``: camera frames as uint8, for every reader;
     ``resize``: the source readers resize frames with torchvision's ``Resize(antialias=True)``). ``compiled``
-    may be a mixture ``a,b,...`` (read with ``weights``) for the compiled readers."""
+    may be a mixture ``a,b,...`` (read with ``weights``, and the canonical keys of ``remap_file`` / ``pad`` when
+    its members differ: docs/mixtures.md) for the compiled readers."""
     dts = delta_timestamps(mode)
     transform = None
     if resize is not None and reader in ("reference", "lerobot"):
@@ -158,6 +160,12 @@ def build(reader: str, mode: str, *, compiled: str, source: str, episode_pool_si
             kwargs["episode_pool_size"] = episode_pool_size
         if len(members) > 1 or weights is not None:
             kwargs["weights"] = None if weights is None else list(weights)
+        if len(members) > 1 and remap_file:
+            from roboreel.integrations.lerobot.options import read_mixture_file
+
+            kwargs.update(read_mixture_file(remap_file))
+        if len(members) > 1 and pad:
+            kwargs["pad"] = pad
         ds = CompiledDataset(members if len(members) > 1 else compiled, **kwargs)
         return Built(TimedIterable(ds), map_style=False, stats=ds.stats, camera_keys=tuple(ds.camera_keys), compiled=ds,
                      staged=reader != "compiled" or decode_device != "cpu")

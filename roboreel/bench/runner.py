@@ -63,6 +63,8 @@ class RunConfig:
     resize: tuple[int, int] | None = None
     span_epochs: bool = True  # the steady window runs on into the next epochs (set_epoch each) until it is full
     weights: tuple[float, ...] | None = None  # a mixture's (compiled = "a,b,..."); None: every frame once
+    remap_file: str | None = None  # a mixture's canonical keys (JSON/YAML, as roboreel inspect --remap reads it)
+    pad: str | None = None  # a mixture's 1-D feature padding ("max")
 
 
 def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfig, where: str = "local",
@@ -80,7 +82,8 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     reader gets the same treatment, LeRobotDataset included."""
     built = build(reader, mode, compiled=compiled, source=source, episode_pool_size=cfg.episode_pool_size, seed=cfg.seed + repeat,
                   decode_device=cfg.decode_device, storage_options=storage_options, return_uint8=cfg.return_uint8,
-                  resize=tuple(cfg.resize) if cfg.resize else None, weights=cfg.weights)
+                  resize=tuple(cfg.resize) if cfg.resize else None, weights=cfg.weights,
+                  remap_file=cfg.remap_file, pad=cfg.pad)
     loader_kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "num_workers": cfg.num_workers}
     if cfg.num_workers > 0:
         # Persistent, as lerobot-train runs them: with a warm-up epoch, workers forked again each epoch would

@@ -28,6 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="compiled = DataLoader(CompiledDataset), loader = roboreel.loader (decode threads in the main "
                         "process), loader_cl = the same with channels_last=True, largest / largest_loader = compiled "
                         "/ loader over a mixture's largest member alone, reference, lerobot = LeRobotDataset")
+    p.add_argument("--remap", default=None, metavar="FILE",
+                   help="a mixture's canonical keys when its members differ: JSON/YAML, one {old: new or null} per "
+                        "dataset, as roboreel inspect --remap reads it (docs/mixtures.md) (default: none)")
+    p.add_argument("--pad", default=None, choices=["max"],
+                   help="zero-pad a mixture's 1-D features to the largest member's size (default: none)")
     options.lerobot_python_option(p)
     p.add_argument("--no-isolate", action="store_true",
                    help="run every reader in this process (default: each run in a fresh process of its own, so peak "
@@ -75,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
 
     compiled, source = resolve(args)
     weights = tuple(float(w) for w in args.weights.split(",")) if args.weights else None
-    cfg = options.run_config(args, span_epochs=not args.one_epoch, weights=weights)
+    cfg = options.run_config(args, span_epochs=not args.one_epoch, weights=weights, remap_file=args.remap,
+                             pad=args.pad)
     run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
               cfg=cfg, repeats=args.repeats, out=args.out, remote_latency_ms=args.remote_latency_ms,
               ceiling=not args.no_ceiling, lerobot_python=args.lerobot_python, isolate=not args.no_isolate)
