@@ -1,7 +1,6 @@
-"""Merging several datasets' metadata into one mixture's: features, stats and tasks. Pure functions of the values.
+"""Merging several datasets' metadata into one mixture's: stats and tasks. Pure functions of the values.
+(Which features a mixture serves, and under which keys, is the reader's: reader/canonical.py.)
 
-- features: the keys every dataset has; a common key whose dtype or shape differs is an error naming both
-  datasets (a camera's: pointing to ``roboreel compile --resize``), as is a different fps.
 - stats: LeRobot 0.6.1's ``aggregate_stats`` (lerobot/datasets/compute_stats.py, ``aggregate_feature_stats``):
   min of mins, max of maxes, count-weighted mean, the pooled variance ``sum(count * (std^2 + (mean - mean_all)^2))
   / count_all``, quantiles (``q01``...) count-weighted where every dataset has them.
@@ -16,41 +15,11 @@ from typing import Any
 
 import numpy as np
 
-_CAMERA_DTYPES = ("video", "image")
+_NEEDED = ("min", "max", "mean", "std", "count")
 
 
 class MixtureMismatch(ValueError):
-    """Datasets that cannot be mixed as they are (a feature's dtype or shape, or the fps, differs)."""
-
-
-def _shape(feature: Mapping[str, Any]) -> tuple[int, ...]:
-    return tuple(int(x) for x in feature.get("shape") or ())
-
-
-def common_features(names: Sequence[str], features: Sequence[Mapping[str, Mapping[str, Any]]],
-                    fps: Sequence[int]) -> tuple[list[str], dict[str, list[str]]]:
-    """(the keys every dataset has, in the first dataset's order; per dataset the keys it has beyond them).
-
-    Raises ``MixtureMismatch`` naming both datasets when the fps or a common key's dtype or shape differs."""
-    for name, f in zip(names[1:], fps[1:], strict=True):
-        if int(f) != int(fps[0]):
-            raise MixtureMismatch(f"{names[0]} runs at {fps[0]} fps but {name} at {f} fps: a mixture's samples "
-                                  "share one fps (delta_timestamps are seconds); convert one dataset first")
-    keys = [k for k in features[0] if all(k in f for f in features[1:])]
-    for k in keys:
-        a = features[0][k]
-        for name, f in zip(names[1:], features[1:], strict=True):
-            b = f[k]
-            if a.get("dtype") != b.get("dtype") or _shape(a) != _shape(b):
-                hint = ""
-                if a.get("dtype") in _CAMERA_DTYPES:
-                    hint = (": recompile one with `roboreel compile SRC OUT --resize HxW` so both cameras have "
-                            "the same size")
-                raise MixtureMismatch(f"feature {k!r} is {a.get('dtype')} {list(_shape(a))} in {names[0]} but "
-                                      f"{b.get('dtype')} {list(_shape(b))} in {name}{hint}")
-    common = set(keys)
-    extra = {name: [k for k in f if k not in common] for name, f in zip(names, features, strict=True)}
-    return keys, {n: e for n, e in extra.items() if e}
+    """Datasets that cannot be mixed as they are (cameras of different sizes in one slot, stats missing, ...)."""
 
 
 def aggregate_feature_stats(stats: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -72,27 +41,40 @@ def aggregate_feature_stats(stats: Sequence[Mapping[str, np.ndarray]]) -> dict[s
     return out
 
 
-def aggregate_stats(names: Sequence[str], stats: Sequence[Mapping[str, Mapping[str, np.ndarray]] | None],
-                    keys: Sequence[str]) -> dict[str, dict[str, np.ndarray]] | None:
-    """The mixture's stats of ``keys`` (the common features): None when no dataset has stats; an error naming
-    the dataset when only some have them, or a key's stats lack what the aggregation needs."""
+def stats_everywhere(names: Sequence[str], stats: Sequence[Mapping[str, Any] | None]) -> bool:
+    """False when no dataset has stats; True when all have; an error naming those without when only some do (the
+    mixture's stats would silently leave them out)."""
     have = [s is not None for s in stats]
     if not any(have):
-        return None
+        return False
     if not all(have):
         missing = [n for n, h in zip(names, have, strict=True) if not h]
         raise MixtureMismatch(f"{', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no meta/stats.json "
                               f"but {names[have.index(True)]} has: the mixture's stats would leave them out")
+    return True
+
+
+def check_aggregatable(key: str, name: str, stats: Mapping[str, Any] | None) -> None:
+    """An error naming the dataset when ``key``'s stats lack what LeRobot's aggregation needs."""
+    lacking = [f for f in _NEEDED if stats is None or f not in stats]
+    if lacking:
+        raise MixtureMismatch(f"stats of {key!r} in {name} lack {lacking}: they cannot be aggregated "
+                              "(LeRobot's aggregate_stats needs min, max, mean, std and count)")
+
+
+def aggregate_stats(names: Sequence[str], stats: Sequence[Mapping[str, Mapping[str, np.ndarray]] | None],
+                    keys: Sequence[str]) -> dict[str, dict[str, np.ndarray]] | None:
+    """The mixture's stats of ``keys`` (the common features): None when no dataset has stats; an error naming
+    the dataset when only some have them, or a key's stats lack what the aggregation needs."""
+    if not stats_everywhere(names, stats):
+        return None
     out: dict[str, dict[str, np.ndarray]] = {}
     for k in keys:
         per = [s.get(k) for s in stats if s is not None]
         if all(p is None for p in per):
             continue
         for name, p in zip(names, per, strict=True):
-            lacking = [f for f in ("min", "max", "mean", "std", "count") if p is None or f not in p]
-            if lacking:
-                raise MixtureMismatch(f"stats of {k!r} in {name} lack {lacking}: they cannot be aggregated "
-                                      "(LeRobot's aggregate_stats needs min, max, mean, std and count)")
+            check_aggregatable(k, name, p)
         out[k] = aggregate_feature_stats(per)
     return out
 

@@ -14,11 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from roboreel.formats.merge import MixtureMismatch
+from roboreel.formats.merge import check_aggregatable, stats_everywhere
 from roboreel.reader.canonical import Canonical
 
 Stats = dict[str, dict[str, np.ndarray]]
-_NEEDED = ("min", "max", "mean", "std", "count")
 
 
 def member_stats(canon: Canonical, index: int, stats: Mapping[str, Mapping[str, Any]] | None) -> Stats | None:
@@ -42,13 +41,8 @@ def _padded(x: np.ndarray, size: int | None, fill: float) -> tuple[np.ndarray, n
 def canonical_stats(canon: Canonical, stats: Sequence[Mapping[str, Mapping[str, Any]] | None]) -> Stats | None:
     """The pooled stats of every canonical feature (see the module doc); None when no member has stats."""
     urls = [m.url for m in canon.members]
-    have = [s is not None for s in stats]
-    if not any(have):
+    if not stats_everywhere(urls, stats):
         return None
-    if not all(have):
-        missing = [u for u, h in zip(urls, have, strict=True) if not h]
-        raise MixtureMismatch(f"{', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no meta/stats.json "
-                              f"but {urls[have.index(True)]} has: the mixture's stats would leave them out")
     out: Stats = {}
     for c in canon.features:
         per = [(m.url, s.get(m.own[c])) for m, s in zip(canon.members, stats, strict=True)  # type: ignore[union-attr]
@@ -56,10 +50,7 @@ def canonical_stats(canon: Canonical, stats: Sequence[Mapping[str, Mapping[str, 
         if all(p is None for _, p in per):
             continue
         for url, p in per:
-            lacking = [f for f in _NEEDED if p is None or f not in p]
-            if lacking:
-                raise MixtureMismatch(f"stats of {c!r} in {url} lack {lacking}: they cannot be aggregated "
-                                      "(LeRobot's aggregate_stats needs min, max, mean, std and count)")
+            check_aggregatable(c, url, p)
         out[c] = _pool([p for _, p in per], canon.sizes.get(c))  # type: ignore[misc]
     return out
 
