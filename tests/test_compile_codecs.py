@@ -159,3 +159,14 @@ def test_clip_timing_is_proven_from_the_container():
         check_clip_timing(clip.data, length=6, fps=20, where="c.mp4", episode=2)
     with pytest.raises(CompiledFormatError, match="does not demux"):
         check_clip_timing(b"not an mp4", length=6, fps=10, where="c.mp4", episode=2)
+
+
+def test_reencode_reasons_count_each_reason_once_with_its_numbers():
+    """A clip re-encoded for its codec and then at a lower CRF for the floor counts under both reasons; a reason is
+    never listed twice, and a number varying inside a kind shows as its range."""
+    from roboreel.compile.report import group_reasons
+
+    codec = "source codec av1 is not one every reader decodes (hevc, h264)"
+    floor = "CRF {} (not 24) to keep every checked frame >= 40 dB"
+    whys = [codec] * 4 + [f"{codec}; {floor.format(22)}"] * 3 + [f"{codec}; {floor.format(20)}"]
+    assert group_reasons(whys) == {codec: 8, floor.format("20-22"): 4}

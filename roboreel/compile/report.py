@@ -16,10 +16,13 @@ _NUMBER = re.compile(r"\b\d+\b")
 
 def group_reasons(whys: list[str]) -> dict[str, int]:
     """Re-encode reasons -> clip counts, one line per kind of reason (the same words), numbers kept: a number that
-    varies inside a kind is shown as its range, e.g. ``CRF 20-22 (not 24) to keep every checked frame >= 40 dB``."""
+    varies inside a kind is shown as its range, e.g. ``CRF 20-22 (not 24) to keep every checked frame >= 40 dB``.
+    A clip's ``why`` may join several reasons with "; " (re-encoded for its codec, then at a lower CRF for the
+    floor): each is counted on its own, so one reason is never listed twice under different companions."""
     kinds: dict[tuple[str, ...], list[list[int]]] = {}
-    for why in whys:
-        kinds.setdefault(tuple(_NUMBER.split(why)), []).append([int(x) for x in _NUMBER.findall(why)])
+    for part in (p.strip() for why in whys for p in why.split("; ")):
+        if part:
+            kinds.setdefault(tuple(_NUMBER.split(part)), []).append([int(x) for x in _NUMBER.findall(part)])
     out = {}
     for words, rows in kinds.items():
         text = words[0]
@@ -88,7 +91,8 @@ class CompileReport:
             + f"; clips: {self.clips_encoded} encoded, {self.clips_remuxed} stream-copied"
             + (f" ({self.clips_reused} kept from an interrupted run)" if self.clips_reused else "")
             + (f", {self.clips_lossless} lossless" if self.clips_lossless else "")
-            + "".join(f"; {n} re-encoded: {why}" for why, n in sorted(self.reencode_reasons.items()) if why)
+            + "".join(f"; {n} re-encoded: {why}"
+                      for why, n in sorted(self.reencode_reasons.items(), key=lambda kv: -kv[1]) if why)
             + "".join(f"; image feature {k} kept as encoded images: {why}" for k, why in self.images_kept.items())
             + f"; {psnr}; "
             f"{self.seconds:.1f}s, {self.frames_per_s:.0f} frames/s x {self.cameras} cameras; "
