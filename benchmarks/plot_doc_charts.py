@@ -30,7 +30,7 @@ SHAPES: list[tuple[str, tuple[float, float, float]]] = [
 
 # docs/benchmarks.md, the tables named in each label: roboreel / LeRobotDataset, ratio of medians
 SPEEDUPS: list[tuple[str, float]] = [
-    ("ALOHA 480x640 uint8, README loop, 4 epochs (11-26)", 3.3),
+    ("ALOHA 480x640 uint8, README loop, 4 epochs (11-27)", 3.2),
     ("ALOHA 480x640 uint8, steady state, batch 16 (11-25)", 3.3),
     ("ALOHA 480x640 float32 (11-25)", 3.5),
     ("synthetic 480x640 uint8 (11-25)", 3.4),
