@@ -1,4 +1,4 @@
-"""Per clip, stream copy or re-encode (issue 27, parts 3 and 4): a source is copied only with a GOP short enough for
+"""Per clip, stream copy or re-encode: a source is copied only with a GOP short enough for
 random access, every clip says why it was re-encoded, and re-encoded RGB keeps every checked frame at or above
 the PSNR floor (40 dB by default), re-encoding at a lower CRF or failing otherwise. Frames are identified by
 pixel code after compile, so no policy ever shifts or drops a frame.

@@ -1,4 +1,4 @@
-"""``--resize`` per camera and ``--fps`` at compile time (issue 26), on real AV1 sources from the synth generator.
+"""``--resize`` per camera and ``--fps`` at compile time, on real AV1 sources from the synth generator.
 
 Sample j of the compiled dataset must be the reference reader's sample at the kept source frame (frames 0, k, 2k,
 ... of each episode), tabular values exactly (index / frame_index / timestamp renumbered on the new grid), camera

@@ -1,4 +1,4 @@
-"""Depth maps (issue 27): a depth camera written as LeRobot 0.6.1 writes one (lossless HEVC gray12le, log-quantised
+"""Depth maps: a depth camera written as LeRobot 0.6.1 writes one (lossless HEVC gray12le, log-quantised
 12-bit codes; roboreel.synth) compiles without loss and reads back as LeRobot's float32 [1, H, W] millimetres on
 ``CompiledDataset``, ``DataLoader`` and ``roboreel.loader``; a depth clip stored lossy is a validate error and
 the reader refuses it. (tests/integration/test_lerobot_depth.py holds the same against LeRobotDataset itself.)
@@ -166,7 +166,7 @@ def test_validate_clean_on_depth_source_and_compiled(pair):
 
 
 def test_lossy_depth_is_a_validate_error_and_the_reader_refuses_it(tmp_path, monkeypatch):
-    """A depth camera compiled through the RGB path (what roboreel did before issue 27): validate reports
+    """A depth camera compiled through the RGB path (what older roboreel versions did): validate reports
     depth-lossy and the channel/bit-depth mismatch; CompiledDataset refuses to read it."""
     from roboreel.compile import clips
 

@@ -46,7 +46,7 @@ def _write(root: Path, *, depth_unit: str | None, episodes: int = 3, length: int
     if depth_unit is not None:
         feats[DEPTH] = {"dtype": "video", "shape": (H, W, 1), "names": ["height", "width", "channels"],
                         "info": {"is_depth_map": True}}
-    ds = LeRobotDataset.create("local/issue27", fps=FPS, root=root, features=feats, use_videos=True,
+    ds = LeRobotDataset.create("local/depth", fps=FPS, root=root, features=feats, use_videos=True,
                                rgb_encoder=rgb_encoder)
     index = 0
     yy, xx = np.mgrid[0:H, 0:W]
@@ -75,7 +75,7 @@ def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _compare(src: Path, out: Path, *, rgb_exact: bool) -> None:
-    theirs = LeRobotDataset("local/issue27", root=src)
+    theirs = LeRobotDataset("local/depth", root=src)
     mine = CompiledDataset(str(out), shuffle=False)
     assert mine.num_frames == theirs.num_frames
     assert mine.meta.depth_keys == theirs.meta.depth_keys
@@ -115,7 +115,7 @@ def test_lerobot_depth_windows(tmp_path):
     src = _write(tmp_path / "src", depth_unit="mm", episodes=2)
     _compile(src, tmp_path / "out")
     delta = {DEPTH: [-0.2, -0.1, 0.0], "action": [0.0, 0.1]}
-    theirs = LeRobotDataset("local/issue27", root=src, delta_timestamps=delta)
+    theirs = LeRobotDataset("local/depth", root=src, delta_timestamps=delta)
     mine = CompiledDataset(str(tmp_path / "out"), shuffle=False, delta_timestamps=delta)
     n = 0
     for got in mine:

@@ -1,4 +1,4 @@
-"""A ``--resize`` / ``--fps`` compile held against the real LeRobot 0.6.1 (issue 26).
+"""A ``--resize`` / ``--fps`` compile held against the real LeRobot 0.6.1.
 
 - Sample j equals ``LeRobotDataset(source)`` at the kept source frame: tabular values exactly (index, frame_index,
   timestamp renumbered), camera frames within 35 dB of torchvision's ``resize(antialias=True)`` of LeRobot's frame.

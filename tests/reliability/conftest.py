@@ -1,4 +1,4 @@
-"""Reliability suite (issue #6): bad inputs, kill -9 during compile, remote faults, fuzzing, integrity.
+"""Reliability suite: bad inputs, kill -9 during compile, remote faults, fuzzing, integrity.
 
 Tests marked ``slow`` (the full kill -9 sweep, long fuzz runs) are skipped unless ``ROBOREEL_SLOW=1`` is set
 or the marker is selected (``-m slow``); the default run keeps a CI-sized version of each. See

@@ -1,4 +1,4 @@
-"""The bad-input catalogue (issue #6): every kind of damage is built here on a copy of a real synthetic dataset
+"""The bad-input catalogue: every kind of damage is built here on a copy of a real synthetic dataset
 (AV1 mp4s, parquet, tar shards), then compile, validate and the readers must each name the bad file and episode,
 exit with the documented code, and leave nothing in OUT that a later step would trust.
 
