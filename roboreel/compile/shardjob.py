@@ -100,16 +100,26 @@ def sweep_temps(out: str, shard: int, chunks_size: int, generation: int = 1) -> 
     return sum(remove_stale_temps(os.path.join(out, rel)) for rel in shard_files(shard, chunks_size, generation))
 
 
-def shard_done(out: str, shard: int, generation: int | None = None) -> dict[str, Any] | None:
-    """The shard's sidecar if the shard is complete: sidecar present (of compile ``generation``, when given), its
-    files present with the recorded sizes and sha256 (a resume re-reads finished shards once, so bit rot or a
-    stray write is recompiled, not kept)."""
+def read_sidecar(out: str, shard: int, generation: int | None = None) -> dict[str, Any] | None:
+    """The shard's sidecar as written (of compile ``generation``, when given), or None: absent, unreadable (a
+    killed writer's leftovers are temp files, never this name, but a hand-damaged one reads as absent) or of
+    another generation."""
     try:
         with open(os.path.join(out, sidecar_path(shard)), "rb") as f:
             side = json.loads(f.read())
     except (FileNotFoundError, ValueError):
         return None
     if generation is not None and side.get("generation", 1) != generation:
+        return None
+    return side
+
+
+def shard_done(out: str, shard: int, generation: int | None = None) -> dict[str, Any] | None:
+    """The shard's sidecar if the shard is complete: sidecar present (of compile ``generation``, when given), its
+    files present with the recorded sizes and sha256 (a resume re-reads finished shards once, so bit rot or a
+    stray write is recompiled, not kept)."""
+    side = read_sidecar(out, shard, generation)
+    if side is None:
         return None
     for key in ("tar", "data"):
         try:

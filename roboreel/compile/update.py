@@ -28,7 +28,7 @@ from typing import Any
 from roboreel.compile.clips import PARTS_DIR, remove_clips_dir
 from roboreel.compile.outdir import LOCK_NAME, lock_mismatch, read_lock
 from roboreel.compile.pack import atomic_write
-from roboreel.compile.shardjob import sidecar_path
+from roboreel.compile.shardjob import read_sidecar, sidecar_path
 from roboreel.formats.index import INDEX_DIR
 from roboreel.formats.shard import SHARD_DIR, clip_member
 
@@ -43,23 +43,11 @@ def generation(lock: dict[str, Any] | None) -> int:
     return int((lock or {}).get("generation", 1))
 
 
-def _sidecar(out: str, shard: int) -> dict[str, Any] | None:
-    try:
-        with open(os.path.join(out, sidecar_path(shard)), "rb") as f:
-            return json.loads(f.read())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 def _old_sidecars(out: str, old: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """The previous generation's sidecars present in OUT, by shard number."""
     gen = generation(old)
-    sides = {}
-    for i in range(len(old["shards"])):
-        side = _sidecar(out, i)
-        if side is not None and side.get("generation", 1) == gen:
-            sides[i] = side
-    return sides
+    sides = {i: read_sidecar(out, i, gen) for i in range(len(old["shards"]))}
+    return {i: side for i, side in sides.items() if side is not None}
 
 
 def plan_update(out: str, old: dict[str, Any], lock: dict[str, Any],
@@ -197,8 +185,7 @@ def remove_unused(out: str, *, keep: set[str], shards: int, chunks_size: int) ->
 def _drop_old(out: str, shard: int, gen: int) -> None:
     """Remove shard ``shard``'s sidecar if it is still of generation ``gen``: a concurrent ``--part`` job of the
     same update may have written the new generation's there meanwhile, which must stay."""
-    side = _sidecar(out, shard)
-    if side is not None and side.get("generation", 1) == gen:
+    if read_sidecar(out, shard, gen) is not None:
         _unlink(os.path.join(out, sidecar_path(shard)))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import fsspec
 
-MANIFEST_FILE = "roboreel.json"  # formats/manifest.py's MANIFEST_NAME (imported there from here would cycle)
+MANIFEST_NAME = "roboreel.json"  # formats/manifest.py's (importing it here would make a module cycle via index.py)
 
 
 def replaced(url: str, storage_options: dict[str, Any] | None, descriptor: dict[str, Any] | None) -> str | None:
@@ -22,7 +22,7 @@ def replaced(url: str, storage_options: dict[str, Any] | None, descriptor: dict[
     another reason, reported as before)."""
     try:
         fs, root = fsspec.core.url_to_fs(str(url), **(storage_options or {}))
-        with fs.open(root.rstrip("/") + "/" + MANIFEST_FILE, "rb") as f:
+        with fs.open(root.rstrip("/") + "/" + MANIFEST_NAME, "rb") as f:
             now = json.loads(f.read())
     except Exception:  # noqa: BLE001 - only a better message is at stake; the caller raises its own error
         return None
