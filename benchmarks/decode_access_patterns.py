@@ -54,7 +54,7 @@ def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: in
     import numpy as np
     from torchcodec.decoders import VideoDecoder
 
-    from roboreel.reader.decode.stage import copy_frame
+    from roboreel.reader.decode.pixels import copy_frame
 
     decoders = [VideoDecoder(c, seek_mode="approximate") for c in clips]
     layout = pattern.partition("+")[2]

@@ -339,11 +339,12 @@ def test_dropping_a_loader_with_persistent_workers_stops_them_at_once(compiled):
 
 
 def test_copy_frame_deinterleaves_exactly(compiled):
-    """The stage's frame copy (OpenCV's split into the three planes of a [C, H, W] slot, numpy otherwise) writes
-    exactly the decoded frame, for real decoded frames and for layouts it must leave to numpy."""
+    """The stage's frame copies (OpenCV's split into the three planes of a [C, H, W] slot, numpy otherwise) write
+    exactly the decoded frame, or its ``x / 255.0`` into float32 slots, for real decoded frames and for layouts
+    they must leave to numpy."""
     import numpy as np
 
-    from roboreel.reader.decode.stage import copy_frame
+    from roboreel.reader.decode.pixels import copy_frame
 
     ds = _make(compiled)()
     clip = next(p for p in DataLoader(_PendingStream(ds), batch_size=4, collate_fn=collate_pending)).clips
@@ -363,3 +364,19 @@ def test_copy_frame_deinterleaves_exactly(compiled):
     out = np.zeros_like(hwc)
     copy_frame(hwc, out)
     assert np.array_equal(out, hwc)
+    # float32 slots: the bits of torch's x / 255.0, from the strided view (through the thread's scratch) and from
+    # contiguous memory, also after the scratch's shape changed
+    from roboreel.reader.decode.pixels import unit_frame
+
+    want = (frames.contiguous() / 255.0).numpy()
+    got = np.full((3, *frames.shape[1:]), np.nan, np.float32)
+    for i in range(3):
+        unit_frame(frames[i].numpy(), got[i])
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    small = frames[0, :, :8, :8]  # a strided view of another shape
+    out = np.empty(small.shape, np.float32)
+    unit_frame(small.numpy(), out)
+    assert np.array_equal(out.view(np.uint32), (small.contiguous() / 255.0).numpy().view(np.uint32))
+    out = np.empty(contiguous[1].shape, np.float32)
+    unit_frame(contiguous[1], out)
+    assert np.array_equal(out.view(np.uint32), want[1].view(np.uint32))

@@ -26,6 +26,7 @@ from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_ima
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.decode.stage import BatchJob, DecodePool
+from roboreel.reader.decode.unit import unit_float
 from roboreel.reader.stats import Flusher
 
 _PUBLISH_EVERY_S = 0.2  # the decode stage's counters reach stats() this often while an epoch runs
@@ -147,7 +148,7 @@ def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
     """The collated batch of a decoded job, on ``device``: the CPU path's keys, order, shapes, dtypes and values.
 
     uint8 is the wire format: the pixels cross to the device as uint8 and become float32 there, in one
-    ``x / 255.0`` (the CPU path's arithmetic, so values are bit-identical on the CPU), which also makes channels-last
+    ``x / 255`` (the CPU path's correctly rounded arithmetic on every device: decode/unit.py), which also makes channels-last
     staged frames contiguous [.., C, H, W] (``channels_last``: the division keeps their memory order instead).
     ``depth`` cameras arrive as float32 maps in their unit (decode/depth.py): moved, never divided or transformed.
     ``image_clips``: image features compiled as clips, as LeRobot returns them (float32, in their place)."""
@@ -160,7 +161,7 @@ def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
         if (not return_uint8 or cam in image_clips) and x.dtype == torch.uint8:
             y = (torch.empty_like(x, dtype=torch.float32) if channels_last  # same strides: channels last
                  else torch.empty(x.shape, dtype=torch.float32, device=x.device))
-            x = torch.div(x, 255.0, out=y)  # uint8 / Python float -> float32, one pass, where the batch lands
+            x = unit_float(x, out=y)  # uint8 -> float32 / 255, one pass, where the batch lands (decode/unit.py)
         elif job.channels_last and not channels_last:
             x = x.contiguous()
         if plan.stacked:

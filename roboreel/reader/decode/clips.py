@@ -39,6 +39,7 @@ from roboreel.reader.decode.requests import (
     SeekMode,
 )
 from roboreel.reader.decode.runs import DEFAULT_RUN_CACHE_BYTES, DecodedRun, RunBudget, run_ahead
+from roboreel.reader.decode.unit import unit_float
 
 
 @dataclass
@@ -296,11 +297,11 @@ def value_tensors(values: Mapping[str, Any]) -> dict[str, Any]:
 
 def to_output(frames: torch.Tensor, *, return_uint8: bool) -> torch.Tensor:
     """A fresh tensor as the sample holds it: uint8, or float32 in [0, 1] computed as ``x / 255.0`` exactly like
-    LeRobot (one pass: true division of uint8 by a Python float yields float32). A depth map (float32 already,
+    LeRobot (one pass, correctly rounded on every device: unit.py). A depth map (float32 already,
     in its unit) is only copied: ``return_uint8`` does not apply to depth, as in LeRobot."""
     if frames.dtype != torch.uint8:
         return frames.clone()
-    return frames.clone() if return_uint8 else frames / 255.0
+    return frames.clone() if return_uint8 else unit_float(frames)
 
 
 def materialize(

@@ -34,6 +34,7 @@ from roboreel.formats.errors import FrameTimestampError
 from roboreel.formats.table_features import LANGUAGE_COLUMNS
 from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
 from roboreel.reader.decode.requests import Clip, PendingSample
+from roboreel.reader.decode.unit import unit_float
 
 ClipKey = tuple[str, int, str, int]  # Clip.key: shard, episode, camera, stream
 
@@ -235,7 +236,7 @@ def assemble(
         if plan.stacked:
             x = x.view(batch.size, plan.window, *x.shape[1:])
         if not return_uint8 or cam in image_clips:
-            x = x / 255.0  # as decode.to_output: true division of uint8 by a Python float -> float32
+            x = unit_float(x)  # as decode.to_output: correctly rounded on the GPU too (unit.py)
         if image_transforms is not None:
             x = torch.stack([image_transforms(s) for s in x])
         out[cam] = x

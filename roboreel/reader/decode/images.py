@@ -26,6 +26,7 @@ import torch
 
 from roboreel.formats.depth import MM_PER_METRE
 from roboreel.formats.images import ImageDecodeError, image_pixels
+from roboreel.reader.decode.unit import unit_float
 
 _MM_PER_METRE = np.float32(MM_PER_METRE)  # float32 x float32: the product LeRobot's float32 tensors give
 
@@ -54,7 +55,7 @@ def _finish(x: np.ndarray | torch.Tensor) -> torch.Tensor:
     x = x.movedim(-1, -3)
     if x.dtype == torch.uint8:  # into the contiguous float32 sample, no temporary (div with out= makes one)
         y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-        return y.copy_(x).div_(255.0)  # ToTensor's x.to(float32).div(255), equal to x / 255.0
+        return unit_float(y.copy_(x), out=y)  # ToTensor's x.to(float32).div(255), equal to x / 255.0
     return x.contiguous()
 
 

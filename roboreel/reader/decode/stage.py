@@ -41,14 +41,9 @@ from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.formats.manifest import CameraSpec
 from roboreel.reader.decode.buffers import BufferPool
 from roboreel.reader.decode.deferred import ClipKey, ClipStore, PendingBatch
+from roboreel.reader.decode.pixels import copy_frame, unit_frame
 from roboreel.reader.decode.requests import Clip, DecodeStats
 
-try:  # optional: a fast channel deinterleave (copy_frame); numpy does the same, slower, without it
-    import cv2 as _cv2
-except ImportError:  # pragma: no cover - OpenCV is a dependency, but the stage works without it
-    _cv2 = None
-
-_255 = np.float32(255.0)
 _STAT_FIELDS = ("decode_seconds", "decoder_opens", "decoder_reuses", "decode_calls", "frames_decoded")
 
 
@@ -109,8 +104,7 @@ class DecodePool:
         channels_last: stage frames as [B * T, H, W, C] (see below); ``finish_batch`` makes them [.., C, H, W].
         dtype: ``torch.float32`` when the batch stays on the CPU and is wanted in float32: each thread writes
             ``frame / 255`` (numpy, float32: the same correctly rounded division as torch's ``x / 255.0``)
-            straight into the float32 batch, fusing the transposing copy and the conversion into one pass, with
-            no intra-op OpenMP team competing for the cores.
+            into the float32 batch (pixels.unit_frame), with no intra-op OpenMP team competing for the cores.
         buffers: where CPU batch tensors come from (buffers.py); a loader passes its own, kept across iterations.
 
     Layout: torchcodec returns frames as channels-last memory seen through a [C, H, W] view. Copying one into a
@@ -282,9 +276,9 @@ class DecodePool:
         if any(a.dtype == np.float32 for a in arrays.values()):  # a depth map, in its unit already: as it is
             for slot, f in pairs:
                 dst[slot] = arrays[f]
-        elif out.dtype != torch.uint8:  # float32, as torch's uint8 / 255.0
+        elif out.dtype != torch.uint8:  # float32, as torch's uint8 / 255.0 (pixels.py)
             for slot, f in pairs:
-                np.divide(arrays[f], _255, out=dst[slot])
+                unit_frame(arrays[f], dst[slot])
         else:
             for slot, f in pairs:
                 copy_frame(arrays[f], dst[slot])  # one thread, GIL released (see the module doc)
@@ -326,21 +320,6 @@ class DecodePool:
         self._slots.clear()
         self._queues.clear()
         self.store.clear()
-
-
-def copy_frame(src: np.ndarray, dst: np.ndarray) -> None:
-    """``dst[...] = src`` for a decoded uint8 frame. Into a [C, H, W] slot from a [C, H, W] view of channels-last
-    memory (what torchcodec returns) this is a deinterleave: OpenCV's ``split`` does it with SIMD, writing each
-    plane in place (~0.04 ms per 480x640 frame here, against ~0.25 ms for numpy's strided copy, a fifth of what
-    decoding the frame costs); numpy where OpenCV is missing or the layouts are other."""
-    if _cv2 is not None and src.ndim == 3 and src.shape[0] == 3 and src.strides[0] == 1 and dst.flags.c_contiguous:
-        hwc = src.transpose(1, 2, 0)
-        if hwc.flags.c_contiguous:
-            planes = [dst[0], dst[1], dst[2]]
-            got = _cv2.split(hwc, planes)
-            if all(g is p for g, p in zip(got, planes, strict=True)):  # written in place (same shape and dtype)
-                return
-    dst[...] = src
 
 
 @dataclass
