@@ -94,3 +94,42 @@ def test_a_crashing_part_loses_only_itself(prepared, tmp_path):
     assert d["decode"]["cpu_fps_all_cores"] > 0  # measured before the crash, kept
     assert loader["status"] == "ok" and d["loader"]["cpu_samples_per_s"] > 0
     assert d["parts"]["env"]["status"] == "skipped" and "not chosen" in d["null_reasons"]["cores"]
+
+
+_LEROBOT_STYLE = '''
+import av
+
+
+def _get_codec_options_by_name(vcodec: str) -> dict[str, av.option.Option]:  # as lerobot/datasets/pyav_utils.py
+    return {}
+'''
+
+
+def test_pyav_shim_lets_a_lerobot_style_module_import_beside_pyav_18(tmp_path):
+    """LeRobot 0.6.1 annotates with ``av.option.Option`` at import; PyAV 18 (what travels to the node) has no
+    ``av.option``. Without the stand-in such a module fails to import; with it, it imports, and a second install
+    adds nothing."""
+    mod = tmp_path / "lerobot_style.py"
+    mod.write_text(_LEROBOT_STYLE)
+    code = (
+        "import sys, importlib, av\n"
+        f"sys.path[:0] = [{str(tmp_path)!r}, {str(ROOT / 'scripts' / 'gpu_check')!r}]\n"
+        "needed = not hasattr(av, 'option')\n"
+        "if needed:\n"
+        "    try:\n"
+        "        importlib.import_module('lerobot_style')\n"
+        "        raise SystemExit('imported without the stand-in')\n"
+        "    except AttributeError:\n"
+        "        sys.modules.pop('lerobot_style', None)\n"
+        "import pyavshim\n"
+        "assert pyavshim.install() is needed, 'install() must add the module exactly when av lacks it'\n"
+        "assert pyavshim.install() is False\n"
+        "importlib.import_module('lerobot_style')\n"
+        "print('needed' if needed else 'not needed')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import av
+
+    if int(av.__version__.split(".")[0]) >= 18:  # PyAV 18, what travels to the node: the stand-in is needed
+        assert r.stdout.strip() == "needed"

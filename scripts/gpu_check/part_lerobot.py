@@ -11,16 +11,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the carried source is local; the
 
 from common import SOURCE, cores, cuda_usable, part_args, results  # noqa: E402
 from loaderrun import measure  # noqa: E402
+from pyavshim import install as install_pyav_shim  # noqa: E402
 
 BATCH = 32
 
 
 def main() -> None:
     a = part_args(__doc__)
+    shim = False
     try:
+        shim = install_pyav_shim()  # LeRobot 0.6.1 beside PyAV 18 (pyavshim.py)
         import lerobot
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
-    except ImportError as e:
+    except (ImportError, AttributeError) as e:
         why = f"LeRobot is not importable here ({type(e).__name__}: {e})"
         results.merge(a.results, {}, reasons={"lerobot.samples_per_s": why, "lerobot.num_workers": why})
         return
@@ -36,7 +39,7 @@ def main() -> None:
     cams = list(ds.meta.camera_keys)
     info = {"lerobot": getattr(lerobot, "__version__", None), "video_backend": getattr(ds, "video_backend", None),
             "frames": ds.num_frames, "episodes": ds.num_episodes, "cameras": cams, "batch_size": BATCH,
-            "dtype": "float32 (LeRobotDataset's frames)", "sweep": []}
+            "dtype": "float32 (LeRobotDataset's frames)", "pyav_option_shim": shim, "sweep": []}
     results.merge(a.results, {"lerobot.info": info})
     best = None
     for w in sweep:

@@ -86,7 +86,7 @@ def _run(cmd: list[str], *, timeout: float, log: Path, env: dict | None = None) 
 def _pytest(out: Path, timeout: float, log: Path) -> tuple[str, int | None, str, dict]:
     xml = out / "pytest.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "needs_cuda",
-           "tests/test_reader_gpu.py", "tests/test_doctor.py", f"--junitxml={xml}"]
+           "tests/test_reader_gpu.py", "tests/test_doctor.py", "tests/test_unit_float.py", f"--junitxml={xml}"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     status, rc, tail = _run(cmd, timeout=timeout, log=log, env=env)
     summary: dict = {}
