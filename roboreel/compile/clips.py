@@ -226,6 +226,8 @@ def _write_clip(job: ClipJob, clip: Clip, episode: int, *, depth: bool = False) 
                  "psnr_min": None if clip.psnr_min == float("inf") else round(clip.psnr_min, 4),
                  "psnr_checked": clip.psnr_checked},
     }
+    if clip.crf_segments:  # the floor lowered the CRF from a GOP on (compile/segments.py)
+        doc["info"]["crf_segments"] = clip.crf_segments
     if clip.stats_rgb is not None:  # a transforming compile: the camera's episode stats (stats.py)
         doc["stats"] = {k: v.tolist() for k, v in image_stats(clip.stats_rgb, depth=depth).items()}
     mp4, meta = clip_paths(job.shard, job.episode, job.camera)

@@ -12,6 +12,8 @@ import cv2
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from roboreel.compile.settings import CompileSettings
+
 
 def psnr(ref: np.ndarray, test: np.ndarray) -> float:
     """PSNR in dB of two uint8 arrays of one shape (inf when identical). OpenCV's exact sum of squared
@@ -31,13 +33,26 @@ class BelowFloor(Exception):
         self.worst, self.frames = worst, frames
 
 
+CRF_RANGE = 12  # the floor lowers the CRF at most this far below the settings' own before going lossless
+
+
+def next_crf(settings: CompileSettings, crf: int, worst: float) -> int | None:
+    """The CRF to try after ``crf`` left a frame at ``worst`` dB, under ``min_psnr``: lower by what the deficit
+    needs (a CRF step is ~0.5 dB: twice the deficit in steps, plus one, at least two), never below
+    ``settings.crf - CRF_RANGE``; None when that was already tried."""
+    lowest = max(0, settings.crf - CRF_RANGE)
+    if crf <= lowest:
+        return None
+    return max(lowest, crf - max(2, math.ceil(2 * (settings.min_psnr - worst)) + 1))
+
+
 class InFlightCheck:
     """PSNR of frames in RGB, checked as the encoder emits them: each packet is decoded here before it is muxed
     (an HEVC decoder primed with the encoder's parameter sets), and each decoded frame is compared with the
     reference kept for it when it went in. References wait in a FIFO only while their frame is inside x265."""
 
-    def __init__(self, stream: av.video.stream.VideoStream) -> None:
-        self.stream = stream
+    def __init__(self, encoder: av.CodecContext) -> None:
+        self.encoder = encoder
         self.decoder: av.CodecContext | None = None
         self.pending: deque[tuple[int, np.ndarray | None]] = deque()
         self.scores: dict[int, float] = {}
@@ -60,7 +75,7 @@ class InFlightCheck:
         """An encoder packet (None: the end), decoded before it is muxed (muxing consumes its data)."""
         if self.decoder is None:
             self.decoder = av.CodecContext.create("hevc", "r")
-            self.decoder.extradata = self.stream.codec_context.extradata  # mp4: parameter sets out of band
+            self.decoder.extradata = self.encoder.extradata  # mp4: parameter sets out of band
         for frame in self.decoder.decode(packet):
             n, reference = self.pending.popleft()
             if reference is not None:

@@ -226,7 +226,7 @@ def _episode_record(
 
 def _spec(info: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in info.items()
-            if k not in ("mode", "psnr", "why", "crf", "psnr_min", "psnr_checked", "stats", "reused")}
+            if k not in ("mode", "psnr", "why", "crf", "psnr_min", "psnr_checked", "crf_segments", "stats", "reused")}
 
 
 def entry_from_dict(d: dict[str, Any]) -> EpisodeEntry:

@@ -18,9 +18,9 @@ yuv420p planes instead, as ffmpeg's psnr filter reports "average", a 120x160 cam
 frames, against LeRobotDataset's, went down to 36.9 dB.) For an 8-bit 4:2:0 source the reference is exactly what
 LeRobot returns; for 10/12-bit or 4:4:4 sources the conversion to 8-bit 4:2:0 stays outside the floor: FFmpeg
 builds convert those differently (PyAV's and torchcodec's rgb24 of one 10-bit frame differ by 43.8 dB with no
-codec at all). A frame under ``min_psnr`` (40 dB) re-encodes the clip at a lower CRF (down to CRF - 12), then with
-x265 ``lossless=1``: every frame equal to its input, so content no CRF holds costs bytes, not a failed compile
-(``encode_with_floor``).
+codec at all). A frame under ``min_psnr`` (40 dB) re-encodes the clip from that frame's GOP on at a lower CRF
+(segments.py: the GOPs before keep their packets), down to CRF - 12, then the whole clip with x265 ``lossless=1``:
+every frame equal to its input, so content no CRF holds costs bytes, not a failed compile (``encode_with_floor``).
 Depth cameras never come here (depth.py).
 """
 
@@ -40,10 +40,11 @@ import numpy as np
 
 from roboreel.compile.copypolicy import codec_refusal, gop_refusal
 from roboreel.compile.decode import SourceVideo, SpanPackets
-from roboreel.compile.floorcheck import BelowFloor, InFlightCheck, psnr  # noqa: F401  (psnr: re-exported)
+from roboreel.compile.floorcheck import CRF_RANGE, BelowFloor, InFlightCheck, next_crf, psnr  # noqa: F401  (re-exported)
 from roboreel.compile.overlap import read_ahead
 from roboreel.compile.resample import kept_length
 from roboreel.compile.resize import FILTER, resize_frame
+from roboreel.compile.segments import SegmentsUnavailable, encode_segmented
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.stats import downsample
 from roboreel.compile.stats import sample_indices as stats_sample_indices
@@ -73,6 +74,7 @@ class Clip:
     psnr_min: float = math.inf  # lowest PSNR of every frame checked against the floor
     psnr_checked: int = 0  # how many frames that was
     stats_rgb: np.ndarray | None = None  # [N, 3, h, w] uint8: the stats frames (encode_clip), when asked for
+    crf_segments: list[list[int]] | None = None  # [[first frame, CRF], ...] where the floor lowered it mid-clip
 
     def spec(self) -> dict:
         """The per-camera entry of the episode record json."""
@@ -190,7 +192,7 @@ def encode_clip(
                 stream.codec_tag = "hvc1"
                 stream.options = {"preset": settings.preset, "x265-params": params,
                                   **({} if lossless else {"crf": str(settings.crf)})}
-                check = InFlightCheck(stream)
+                check = InFlightCheck(stream.codec_context)
             frame = encoder_input(frame, stream.height, stream.width, method)
             reference = check.rgb(frame) if every or n in want or n in for_stats else None
             check.put(n, reference if every or n in want else None)
@@ -252,19 +254,6 @@ def can_remux(video: SourceVideo, settings: CompileSettings) -> bool:
     return codec_refusal(video.codec, video.ctx.pix_fmt, settings) is None
 
 
-CRF_RANGE = 12  # the floor lowers the CRF at most this far below the settings' own before going lossless
-
-
-def next_crf(settings: CompileSettings, crf: int, worst: float) -> int | None:
-    """The CRF to try after ``crf`` left a frame at ``worst`` dB, under ``min_psnr``: lower by what the deficit
-    needs (a CRF step is ~0.5 dB: twice the deficit in steps, plus one, at least two), never below
-    ``settings.crf - CRF_RANGE``; None when that was already tried."""
-    lowest = max(0, settings.crf - CRF_RANGE)
-    if crf <= lowest:
-        return None
-    return max(lowest, crf - max(2, math.ceil(2 * (settings.min_psnr - worst)) + 1))
-
-
 def encode_with_floor(
     video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
     why: str, progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None,
@@ -274,10 +263,31 @@ def encode_with_floor(
     equal to the encoder's input, so never under: content no CRF holds costs bytes, never a failed compile or a
     frame under the floor); raise only if that does not decode to its input.
 
-    With ``step`` k only source frames 0, k, 2k, ... are kept and the clip runs at ``video.fps / k``."""
-    clip = None
+    With ``step`` k only source frames 0, k, 2k, ... are kept and the clip runs at ``video.fps / k``.
+
+    With the floor on, the clip is first encoded GOP by GOP (segments.py): a frame under the floor re-encodes
+    from its GOP on, at a lower CRF. Only where that cannot be done (B-frames, x265 writing other parameter sets,
+    no CRF left) is the whole clip re-encoded, from the CRF the GOP-by-GOP encode reached."""
     kept = kept_length(length, step)
     crf: int | None = settings.crf
+    ticked = 0
+    if settings.min_psnr > 0:
+        def tick(k: int) -> None:
+            nonlocal ticked
+            ticked += k
+            if progress is not None:
+                progress(k)
+
+        try:
+            return _encode_by_gop(video, from_s=from_s, length=length, kept=kept, settings=settings,
+                                  episode=episode, where=where, why=why, progress=tick, size=size, method=method,
+                                  step=step, stats=stats)
+        except SegmentsUnavailable as e:
+            crf = e.crf
+            why = f"{why}; {e.reason}" if e.reason else why
+            if ticked and progress is not None:
+                progress(kept - ticked)  # the bar counts each frame of the clip once
+    clip = None
     for attempt in range(CRF_RANGE + 2):  # at most every CRF of the range, then lossless
         # decode on a thread, ahead of x265; with a step, every source frame is decoded and every k-th kept
         frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
@@ -285,13 +295,13 @@ def encode_with_floor(
             # a try at a CRF stops at its first frame under the floor: only the try that holds runs to the end
             clip = encode_clip(frames, length=kept, fps=video.fps // step,
                                settings=settings if crf is None else settings.replace(crf=crf), where=where,
-                               episode=episode, progress=progress if attempt == 0 else None, size=size,
+                               episode=episode, progress=progress if attempt == 0 and not ticked else None, size=size,
                                method=method, stats_frames=stats_sample_indices(kept) if stats else (),
                                lossless=crf is None,
                                give_up_below=settings.min_psnr if crf is not None and settings.min_psnr > 0
                                else None)
         except BelowFloor as low:
-            if attempt == 0 and progress is not None:
+            if attempt == 0 and not ticked and progress is not None:
                 progress(kept - low.frames)  # the bar counts each frame of the clip once
             crf = next_crf(settings, crf, low.worst)
             continue
@@ -314,6 +324,38 @@ def encode_with_floor(
     raise RoboreelError(
         f"the x265 lossless encode reads back at {clip.psnr_min:.2f} dB PSNR, not equal to its input ({where}, "
         f"episode {episode})"
+    )
+
+
+def _encode_by_gop(
+    video: SourceVideo, *, from_s: float, length: int, kept: int, settings: CompileSettings, episode: int,
+    where: str, why: str, progress: Callable[[int], None], size: tuple[int, int] | None, method: str, step: int,
+    stats: bool,
+) -> Clip:
+    """The span encoded under the floor GOP by GOP (segments.py); SegmentsUnavailable where it cannot be."""
+    fps = video.fps // step
+    frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
+    try:
+        data, scores, segments, stats_rgb = encode_segmented(
+            frames, length=kept, fps=fps, settings=settings, where=where, episode=episode, size=size,
+            method=method, stats_frames=stats_sample_indices(kept) if stats else (), progress=progress,
+            to_input=encoder_input, mux_options=_MUX_OPTIONS)
+    finally:
+        frames.close()  # joins the decode thread before anyone touches `video` again
+    check_clip_timing(data, length=kept, fps=fps, where=where, episode=episode)  # decoded in flight already
+    lowest = min(c for _, c in segments)
+    if lowest != settings.crf:  # from a GOP on, or from frame 0 when the first GOP was under the floor
+        first = next(start for start, c in segments if c != settings.crf)
+        why = f"{why}; CRF {lowest} (not {settings.crf}) from frame {first} to keep every checked frame >= " \
+            f"{settings.min_psnr:g} dB"
+    with av.open(io.BytesIO(data)) as c:
+        height, width = c.streams.video[0].height, c.streams.video[0].width
+    return Clip(
+        data=data, codec="hevc", height=height, width=width, frames=kept, gop=settings.gop,
+        bframes=settings.bframes, mode="encode", why=why, crf=lowest,
+        psnr=[scores[k] for k in sample_indices(kept, settings.psnr_frames)],
+        psnr_min=min(scores.values()), psnr_checked=len(scores), stats_rgb=stats_rgb,
+        crf_segments=[list(s) for s in segments] if len(segments) > 1 else None,
     )
 
 
