@@ -50,7 +50,14 @@ from roboreel.compile.schedule import run_inline, run_pool
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import ShardJob, forget_sources, shard_done, sweep_temps
 from roboreel.compile.sourcefiles import episode_files, source_files
-from roboreel.compile.update import begin_update, generation, plan_update, read_state, reuse_for
+from roboreel.compile.update import (
+    begin_update,
+    generation,
+    plan_update,
+    read_state,
+    reuse_for,
+    transition_lock,
+)
 from roboreel.formats.errors import RoboreelError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, http_defaults
@@ -132,9 +139,12 @@ def compile_dataset(
     shard_files = [episode_files(source, shard) for shard in plan]
     if old is not None and (lock_mismatch(old, lock) or finished_changed(out, old, lock, shard_files)):
         # an earlier state of this source (grown, shrunk, or a file a finished shard read changed): update.py
-        state = plan_update(out, old, lock, prints)
-        if state is not None:
-            begin_update(out, old, lock, state, prints)
+        with transition_lock(out):  # one --part job makes the transition; the others then find it made
+            old = read_lock(out)
+            if old is not None and (lock_mismatch(old, lock) or finished_changed(out, old, lock, shard_files)):
+                state = plan_update(out, old, lock, prints)
+                if state is not None:
+                    begin_update(out, old, lock, state, prints)
     fresh = prepare_out(out, lock, overwrite=overwrite)
     if not fresh:
         check_source_files(out, lock, shard_files)

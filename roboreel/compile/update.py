@@ -19,10 +19,12 @@ The protocol (docs/incremental.md), each step crash-safe, every decision a pure 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from roboreel.compile.clips import PARTS_DIR, remove_clips_dir
@@ -35,6 +37,7 @@ from roboreel.formats.shard import SHARD_DIR, clip_member
 log = logging.getLogger(__name__)
 
 UPDATE_NAME = f"{PARTS_DIR}/update.json"
+TRANSITION_LOCK = f"{PARTS_DIR}/update.lock"
 BLOCK = 512  # USTAR: a member is a 512-byte header, then its data padded to 512
 
 
@@ -109,6 +112,28 @@ def read_state(out: str, gen: int) -> dict[str, Any] | None:
     """The reuse state of the update that made generation ``gen`` of OUT, if one is under way."""
     state = _read_state(out, gen - 1)
     return state if state is not None and state.get("to") == gen else None
+
+
+@contextlib.contextmanager
+def transition_lock(out: str) -> Iterator[None]:
+    """Held while a run decides on and makes an update's transition (steps 1-2): the ``--part`` jobs of one update
+    (a SLURM array) start together, and a second job making the transition again would remove the clips the
+    first has started (``remove_clips_dir``). Whoever waits reads OUT's lock again inside, finds the new
+    generation, and resumes. A POSIX record lock: the kernel releases it when a job dies, and NFS honours it;
+    where a file system has none, the jobs go on unserialized, with a warning."""
+    path = os.path.join(out, TRANSITION_LOCK)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a+b") as f:
+        try:
+            fcntl.lockf(f, fcntl.LOCK_EX)
+        except OSError as e:
+            log.warning("%s: no file lock (%s): --part jobs of this update are not serialized", path, e)
+            yield
+            return
+        try:
+            yield
+        finally:
+            fcntl.lockf(f, fcntl.LOCK_UN)
 
 
 def begin_update(out: str, old: dict[str, Any], lock: dict[str, Any], state: dict[str, Any],
@@ -203,5 +228,5 @@ def reuse_for(state: dict[str, Any] | None, fps: dict[int, dict[str, Any]], epis
     return {fp: clips[fp] for e in episodes for fp in fps[e]["clips"].values() if fp and fp in clips}
 
 
-__all__ = ["UPDATE_NAME", "begin_update", "generation", "index_dir", "plan_update", "read_state", "remove_unused",
-           "reuse_for"]
+__all__ = ["TRANSITION_LOCK", "UPDATE_NAME", "begin_update", "generation", "index_dir", "plan_update", "read_state",
+           "remove_unused", "reuse_for", "transition_lock"]
