@@ -68,7 +68,7 @@ def test_cpu_only_fills_what_a_cpu_can_and_explains_every_null(prepared, tmp_pat
         assert results.get(d, key) > 0, key
     for key in results.SCHEMA:  # every key is measured or says why not
         assert results.get(d, key) not in (None, []) or key in d["null_reasons"], key
-    # every frame of every carried clip: torchcodec's CPU decode against PyAV's, same pts, same pixels
+    # every frame of every prepared clip: torchcodec's CPU decode against PyAV's, same pts, same pixels
     data = d["data"]
     ex = d["exactness_cpu"]
     assert ex["frames"] == data["main"]["frames"] + 2 * data["small"]["frames"]

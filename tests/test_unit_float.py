@@ -1,5 +1,5 @@
 """uint8 -> float32 / 255 gives the correctly rounded floats of every pixel value, on the CPU and on a GPU, and
-the reader's float32 frames carry exactly those bits."""
+the reader's float32 frames hold exactly those bits."""
 
 from __future__ import annotations
 

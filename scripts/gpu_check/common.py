@@ -1,4 +1,4 @@
-"""What the GPU check's parts share: their command line, the carried data, clips, CPU time and the GIL probe.
+"""What the GPU check's parts share: their command line, the prepared data, clips, CPU time and the GIL probe.
 
 Each part is a script run in its own process by run.py (``python3 scripts/gpu_check/part_<name>.py --data DIR
 --results FILE [--cpu-only] [--seconds S]``); it merges into the results file as it measures (results.py).

@@ -1,7 +1,7 @@
 """Part decode: frames/s of plain torchcodec decoding whole clips, NVDEC with 1..N threads against the CPU with
 one thread per core (each CPU decoder single-threaded, as the loader's decode pool runs them), at 480x640 and
 224x224. Every thread decodes whole clips, 32 frames per call (a batch's worth; bounds memory), round robin over
-the carried clips, for ``--seconds`` per setting; frames are counted once the call returned them (NVDEC: after a
+the prepared clips, for ``--seconds`` per setting; frames are counted once the call returned them (NVDEC: after a
 stream synchronise)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Part env: the machine (GPU, cores, driver, whether libnvcuvid.so.1 is there), the libraries, and
-``roboreel doctor`` on the carried 480x640 dataset: does cuda decode reach NVDEC or fall back silently?"""
+``roboreel doctor`` on the prepared 480x640 dataset: does cuda decode reach NVDEC or fall back silently?"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Part exactness: every frame of every carried clip decoded on NVDEC against the CPU decode of the same clip:
+"""Part exactness: every frame of every prepared clip decoded on NVDEC against the CPU decode of the same clip:
 the same frames (pts), RGB PSNR, and how many frames torchcodec decoded on the CPU although cuda was asked.
 
 With ``--cpu-only`` the GPU side is absent; the part then checks the harness itself: torchcodec's CPU decode

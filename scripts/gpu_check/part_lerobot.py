@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the carried source is local; there is no network there
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the prepared source is local; there is no network there
 
 from common import SOURCE, cores, cuda_usable, part_args, results  # noqa: E402
 from loaderrun import measure  # noqa: E402

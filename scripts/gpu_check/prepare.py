@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
-CARRY_LIMIT_MB = 64.0
+FOLDER_LIMIT_MB = 64.0
 REPO_MB = 3.0  # the tracked tree travels too (about 2 MiB)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "any")
@@ -89,7 +89,7 @@ def _describe(root: Path, origin: str) -> dict:
 
 
 def make_data(data: Path, *, aloha: Path | None, small: bool, room_mb: float) -> dict:
-    """``room_mb``: what the data may take. The ALOHA source is carried whole (LeRobot v3 packs episodes into
+    """``room_mb``: what the data may take. The ALOHA source is copied whole (LeRobot v3 packs episodes into
     shared files) and its compiled copy is assumed no smaller, so it is taken only if twice its size fits."""
     data.mkdir(parents=True, exist_ok=True)
     src, out = data / "main-source", data / "main"
@@ -142,15 +142,15 @@ def main() -> int:
     t0 = time.perf_counter()
     a.dir.mkdir(parents=True, exist_ok=True)
     wheels = [] if a.no_wheels else fetch_wheels(a.dir / "wheels", a.python)
-    room = CARRY_LIMIT_MB - REPO_MB - sum(w["mb"] for w in wheels)
+    room = FOLDER_LIMIT_MB - REPO_MB - sum(w["mb"] for w in wheels)
     data = make_data(a.dir / "data", aloha=a.aloha, small=a.small, room_mb=room)
     prepared = {"wheels": wheels, "data": data, **_commit(), "prepared_s": round(time.perf_counter() - t0, 1)}
     (a.dir / "data" / "prepared.json").write_text(json.dumps(prepared, indent=1) + "\n")
     total = _size_mb(a.dir)
     print(json.dumps({"dir": str(a.dir), "total_mb": round(total, 1), "wheels_mb": round(sum(w["mb"] for w in wheels), 1),
                       "data": {k: v.get("mb") for k, v in data.items()}}, indent=1))
-    if total + REPO_MB > CARRY_LIMIT_MB:
-        print(f"error: {a.dir} holds {total:.1f} MiB; with the repository it exceeds the {CARRY_LIMIT_MB:.0f} MiB "
+    if total + REPO_MB > FOLDER_LIMIT_MB:
+        print(f"error: {a.dir} holds {total:.1f} MiB; with the repository it exceeds the {FOLDER_LIMIT_MB:.0f} MiB "
               "that may travel with it: use fewer ALOHA episodes or drop optional wheels", file=sys.stderr)
         return 1
     return 0
