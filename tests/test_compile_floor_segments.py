@@ -65,7 +65,9 @@ def _scores(settings: CompileSettings, length: int) -> list[float]:
 
 def test_a_clip_that_holds_the_floor_is_the_plain_encode():
     s = CompileSettings(gop=GOP, crf=20, min_psnr=30.0)
-    data, scores, segments, _ = _segmented(s, 5 * GOP)
+    got = _segmented(s, 5 * GOP)
+    data, scores, segments = got.data, got.scores, got.segments
+    assert (got.height, got.width) == (H, W)
     plain = encode_clip(_frames(5 * GOP), length=5 * GOP, fps=FPS, settings=s, where="t", episode=0)
     assert segments == [(0, 20)]
     assert data == plain.data
@@ -81,7 +83,8 @@ def test_a_hard_gop_is_re_encoded_alone_and_every_frame_holds_the_floor():
     floor = min(hard) + 0.3  # the premise: only the hard GOP is under this floor at CRF 30
     assert min(easy) > floor + 1, (min(easy), min(hard))
     s = base.replace(min_psnr=floor)
-    data, scores, segments, _ = _segmented(s, length)
+    got = _segmented(s, length)
+    data, scores, segments = got.data, got.scores, got.segments
     assert segments[0] == (0, 30) and segments[1][0] == HARD * GOP and len(segments) >= 2, segments
     assert all(crf < 30 for _, crf in segments[1:])
     # the GOPs before the hard one keep the plain encode's packets, byte for byte

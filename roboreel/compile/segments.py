@@ -23,6 +23,7 @@ import io
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from fractions import Fraction
 
 import av
@@ -57,11 +58,11 @@ class SegmentedEncode:
     """One clip encoded GOP by GOP under the floor (see the module doc). ``feed`` each encoder input in order,
     then ``finish``."""
 
-    def __init__(self, *, settings: CompileSettings, fps: int, height: int, width: int, where: str,
-                 episode: int, mux_options: dict[str, str]) -> None:
+    def __init__(self, *, settings: CompileSettings, fps: int, height: int, width: int,
+                 mux_options: dict[str, str]) -> None:
         if settings.bframes or not settings.gop:
             raise SegmentsUnavailable(settings.crf, "")  # packets are not frames in order: whole clips
-        self.settings, self.fps, self.where, self.episode = settings, fps, where, episode
+        self.settings, self.fps = settings, fps
         self.height, self.width, self.gop = height, width, settings.gop
         self.tb = Fraction(1, fps)
         self.params = settings.x265_params(height=height, width=width)
@@ -185,15 +186,28 @@ class SegmentedEncode:
             self._encode(n, frame, reference)
 
 
+@dataclass
+class Segmented:
+    """A clip encoded GOP by GOP: its bytes, every frame's PSNR, the CRF segments [(first frame, CRF)], the stats
+    frames (None unless asked for) and its size."""
+
+    data: bytes
+    scores: dict[int, float]
+    segments: list[tuple[int, int]]
+    stats_rgb: np.ndarray | None
+    height: int
+    width: int
+
+
 def encode_segmented(
     frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str,
     episode: int, size: tuple[int, int] | None, method: str, stats_frames: Iterable[int],
     progress: Callable[[int], None] | None, to_input: Callable[[av.VideoFrame, int, int, str], av.VideoFrame],
     mux_options: dict[str, str],
-) -> tuple[bytes, dict[int, float], list[tuple[int, int]], np.ndarray | None]:
-    """Encode exactly ``length`` frames under the floor GOP by GOP: (clip bytes, PSNR of every frame, CRF
-    segments, stats frames or None). ``to_input`` makes a source frame the encoder's input (transcode.py's
-    ``encoder_input``), ``mux_options`` the mp4 muxer's (transcode.py's); raises SegmentsUnavailable where the caller must re-encode the whole clip."""
+) -> Segmented:
+    """Encode exactly ``length`` frames under the floor GOP by GOP. ``to_input`` makes a source frame the
+    encoder's input (transcode.py's ``encoder_input``), ``mux_options`` are the mp4 muxer's (transcode.py's);
+    raises SegmentsUnavailable where the caller must re-encode the whole clip."""
     for_stats = set(stats_frames)
     rgb: list[np.ndarray] = []
     enc: SegmentedEncode | None = None
@@ -202,8 +216,8 @@ def encode_segmented(
         for frame in frames:
             if enc is None:
                 height, width = size or (frame.height, frame.width)
-                enc = SegmentedEncode(settings=settings, fps=fps, height=height, width=width, where=where,
-                                      episode=episode, mux_options=mux_options)
+                enc = SegmentedEncode(settings=settings, fps=fps, height=height, width=width,
+                                      mux_options=mux_options)
             frame = to_input(frame, enc.height, enc.width, method)
             reference = enc.check.rgb(frame)
             if n in for_stats:
@@ -215,6 +229,7 @@ def encode_segmented(
         if enc is None or n != length:
             raise RoboreelError(f"encoder got {n} frames for an episode of {length} ({where}, episode {episode})")
         data, scores, segments = enc.finish()
+        height, width = enc.height, enc.width
         enc = None
     except av.error.FFmpegError as e:
         raise RoboreelError(f"HEVC encode failed: {e} ({where}, episode {episode})") from e
@@ -224,4 +239,4 @@ def encode_segmented(
     if len(scores) != length or min(scores.values(), default=math.inf) < settings.min_psnr:
         raise RoboreelError(f"the encoder's {length} frames checked as {len(scores)}, lowest "
                             f"{min(scores.values(), default=math.inf):.2f} dB ({where}, episode {episode})")
-    return data, scores, segments, (np.stack(rgb) if rgb else None)
+    return Segmented(data, scores, segments, np.stack(rgb) if rgb else None, height, width)

@@ -336,26 +336,24 @@ def _encode_by_gop(
     fps = video.fps // step
     frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
     try:
-        data, scores, segments, stats_rgb = encode_segmented(
+        clip = encode_segmented(
             frames, length=kept, fps=fps, settings=settings, where=where, episode=episode, size=size,
             method=method, stats_frames=stats_sample_indices(kept) if stats else (), progress=progress,
             to_input=encoder_input, mux_options=_MUX_OPTIONS)
     finally:
         frames.close()  # joins the decode thread before anyone touches `video` again
-    check_clip_timing(data, length=kept, fps=fps, where=where, episode=episode)  # decoded in flight already
-    lowest = min(c for _, c in segments)
+    check_clip_timing(clip.data, length=kept, fps=fps, where=where, episode=episode)  # decoded in flight already
+    lowest = min(c for _, c in clip.segments)
     if lowest != settings.crf:  # from a GOP on, or from frame 0 when the first GOP was under the floor
-        first = next(start for start, c in segments if c != settings.crf)
+        first = next(start for start, c in clip.segments if c != settings.crf)
         why = f"{why}; CRF {lowest} (not {settings.crf}) from frame {first} to keep every checked frame >= " \
             f"{settings.min_psnr:g} dB"
-    with av.open(io.BytesIO(data)) as c:
-        height, width = c.streams.video[0].height, c.streams.video[0].width
     return Clip(
-        data=data, codec="hevc", height=height, width=width, frames=kept, gop=settings.gop,
+        data=clip.data, codec="hevc", height=clip.height, width=clip.width, frames=kept, gop=settings.gop,
         bframes=settings.bframes, mode="encode", why=why, crf=lowest,
-        psnr=[scores[k] for k in sample_indices(kept, settings.psnr_frames)],
-        psnr_min=min(scores.values()), psnr_checked=len(scores), stats_rgb=stats_rgb,
-        crf_segments=[list(s) for s in segments] if len(segments) > 1 else None,
+        psnr=[clip.scores[k] for k in sample_indices(kept, settings.psnr_frames)],
+        psnr_min=min(clip.scores.values()), psnr_checked=len(clip.scores), stats_rgb=clip.stats_rgb,
+        crf_segments=[list(s) for s in clip.segments] if len(clip.segments) > 1 else None,
     )
 
 
