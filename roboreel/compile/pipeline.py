@@ -135,16 +135,19 @@ def compile_dataset(
         raise _rerun_hint(e, f"nothing was written to {out}: rerun the same command to try again") from e
     mine = part_shards(len(plan), part)
     existed = os.path.isdir(out)
-    old = read_lock(out) if existed and not overwrite else None
     shard_files = [episode_files(source, shard) for shard in plan]
-    if old is not None and (lock_mismatch(old, lock) or finished_changed(out, old, lock, shard_files)):
-        # an earlier state of this source (grown, shrunk, or a file a finished shard read changed): update.py
+
+    def earlier_state() -> dict | None:
+        """OUT's lock when it holds an earlier state of this source (grown, shrunk, or a file a finished shard
+        read changed): update.py; None for a fresh OUT, a resume or --overwrite."""
+        old = read_lock(out) if existed and not overwrite else None
+        changed = old is not None and (lock_mismatch(old, lock) or finished_changed(out, old, lock, shard_files))
+        return old if changed else None
+
+    if earlier_state() is not None:
         with transition_lock(out):  # one --part job makes the transition; the others then find it made
-            old = read_lock(out)
-            if old is not None and (lock_mismatch(old, lock) or finished_changed(out, old, lock, shard_files)):
-                state = plan_update(out, old, lock, prints)
-                if state is not None:
-                    begin_update(out, old, lock, state, prints)
+            if (old := earlier_state()) is not None and (state := plan_update(out, old, lock, prints)) is not None:
+                begin_update(out, old, lock, state, prints)
     fresh = prepare_out(out, lock, overwrite=overwrite)
     if not fresh:
         check_source_files(out, lock, shard_files)
