@@ -66,6 +66,13 @@ def _plain(make, **kw):
     return list(DataLoader(make(), **kw))
 
 
+def _routed_clips(ds, num_workers, epoch):
+    """Clips the loader routes in one epoch: a clip whose episode the worker split cut in two is routed (and
+    decoded) once in each worker that reads part of it."""
+    k = max(1, num_workers)
+    return sum(len(s.episodes) for w in range(k) for s in ds._slices(World(0, 1, w, k), epoch)) * len(CAMERAS)
+
+
 def _on_cpu(batch):
     return {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
@@ -190,10 +197,13 @@ def test_loader_batches_equal_the_dataloader_batches(compiled, num_workers):
     st = dl.stats()
     assert st["batches"] == len(want) and st["samples"] == sum(len(x["index"]) for x in want)
     k = max(1, num_workers)  # clips of an episode the split cut between two workers are decoded by both
-    ds = make()
-    clips = sum(len(s.episodes) for w in range(k) for s in ds._slices(World(0, 1, w, k), 1)) * len(CAMERAS)
+    clips = _routed_clips(make(), num_workers, 1)
     assert clips in (16, 16 + len(CAMERAS) * (k - 1)) if k > 1 else clips == 16
     assert st["decoder_opens"] > 0 and st["fallback_clips"] == 0 and st["clips_by_device"] == {"cpu": clips}
+    # a batch asks for the clips of its worker's pooled episodes (3) x 2 cameras at most; the decode threads work
+    # on those of the batches in flight (inflight_batches=2, plus the one just submitted)
+    par = st["decode_parallelism"]
+    assert 2 <= par["clips_per_batch"] <= 3 * len(CAMERAS) and 0 <= par["clips_in_flight"] <= 3 * 3 * len(CAMERAS)
 
 
 def test_loader_uint8_and_transforms_equal_the_dataloader(compiled):
@@ -317,7 +327,9 @@ def test_gpu_small_frames_fall_back_per_clip_with_one_warning_per_camera(compile
     assert_same_batches(got, want)  # decoded on the CPU, moved to the GPU: identical values
     msgs = [r.getMessage() for r in caplog.records if r.name == ROUTING_LOG]
     assert len(msgs) == len(CAMERAS) and all("below NVDEC's hevc minimum" in m for m in msgs)
-    assert dl.stats()["fallback_clips"] == 16
+    clips = _routed_clips(_make(compiled)(), 2, 0)  # 16, or 18 where the split cut an episode in two
+    st = dl.stats()
+    assert st["fallback_clips"] == clips and st["clips_by_device"] == {"cpu": clips}, st
 
 
 @pytest.mark.needs_cuda

@@ -137,6 +137,7 @@ class DecodePool:
         # thread works through its queue (``_drain``), and only then
         self._queues: dict[ClipKey, deque[tuple[Callable[..., Any], tuple[Any, ...], BatchJob | None]]] = {}
         self._closed_stats = DecodeStats()  # counters of decoders already closed
+        self.parallelism = Parallelism()
         self._lock = threading.Lock()
         self._closing = False
 
@@ -167,6 +168,8 @@ class DecodePool:
             if decoders is not None:
                 self._enqueue(key, self._release_task, (decoders, clip))
         self._bound_open_clips()
+        with self._lock:
+            self.parallelism.add(len(pending.wanted), len(self._queues))
         return job
 
     def _alloc(self, camera: str, n: int) -> torch.Tensor:
@@ -307,6 +310,11 @@ class DecodePool:
                 setattr(out, n, getattr(out, n) + getattr(s, n))
         return out
 
+    def parallelism_summary(self) -> dict[str, float]:
+        """``Parallelism.summary()`` so far (read while batches are submitted)."""
+        with self._lock:
+            return self.parallelism.summary()
+
     def close(self) -> None:
         """Wait for running tasks (they hold decoders), skip queued ones, close every decoder.
 
@@ -320,6 +328,31 @@ class DecodePool:
         self._slots.clear()
         self._queues.clear()
         self.store.clear()
+
+
+@dataclass
+class Parallelism:
+    """How much work the pool's threads could take at once, sampled as each batch is submitted.
+
+    A clip's frames decode in order on one thread, so the threads that can be busy are at most the clips with
+    work queued (``clips_in_flight``), which is bounded by the distinct clips each batch asks for
+    (``clips_per_batch``: about the episode pool of the worker that made it, or fewer where a worker's share of
+    the dataset is smaller) times the batches decoded at once. Fewer clips in flight than decode threads means
+    more threads cannot help: more episodes per worker (fewer workers, a bigger ``episode_pool_size``) or more
+    ``inflight_batches`` can."""
+
+    batches: int = 0
+    clips: int = 0
+    busy: int = 0
+
+    def add(self, clips: int, busy: int) -> None:
+        self.batches += 1
+        self.clips += clips
+        self.busy += busy
+
+    def summary(self) -> dict[str, float]:
+        n = max(self.batches, 1)
+        return {"clips_per_batch": round(self.clips / n, 2), "clips_in_flight": round(self.busy / n, 2)}
 
 
 @dataclass
