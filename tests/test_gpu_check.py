@@ -46,10 +46,11 @@ def test_prepare_makes_compiled_data_and_its_description(prepared):
     main, small = info["data"]["main"], info["data"]["small"]
     assert main["origin"].startswith("synthetic (--small)") and main["cameras"] == {"observation.images.top": [96, 128, 3]}
     assert len(small["cameras"]) == 2
-    for name in ("main", "small"):
+    assert info["data"]["many"]["episodes"] == 8 and info["data"]["many"]["mb"] > 0
+    for name in ("main", "small", "many"):
         assert (prepared / "data" / name / "roboreel.json").exists()
     assert (prepared / "data" / "main-source" / "meta" / "info.json").exists()
-    assert not (prepared / "data" / ".small-source").exists()
+    assert not (prepared / "data" / ".small-source").exists() and not (prepared / "data" / ".many-source").exists()
 
 
 @pytest.mark.slow  # every part of the check on the CPU (~30 s on 2 cores); CI runs it (-m slow)
@@ -74,8 +75,13 @@ def test_cpu_only_fills_what_a_cpu_can_and_explains_every_null(prepared, tmp_pat
     assert ex["frames"] == data["main"]["frames"] + 2 * data["small"]["frames"]
     assert ex["pts_equal"] is True and ex["psnr_min"] == "inf" and not ex["cut_short"]
     assert [s["decode_threads"] for s in d["scaling"]] == [1, 2]
+    assert d["scaling_info"]["data"] == "many" and d["scaling_info"]["workers"] == 2
     for s in d["scaling"]:
         assert s["samples_per_s"] > 0 and 0 <= s["gil"]["held_share"] <= 1 and s["gil"]["samples"] > 0
+        # 2 workers, 4 of the 8 episodes each (pooled 16 at most): one batch asks for at most 4 clips
+        par = s["decode_parallelism"]
+        assert s["data"] == "many" and 1 <= par["clips_per_batch"] <= 4 and par["clips_in_flight"] >= 0
+    assert d["loader"]["cpu"]["decode_parallelism"]["clips_per_batch"] >= 1
     assert d["doctor"]["exit_code"] == 0 and d["doctor"]["nvdec_library"]["library"] == "libnvcuvid.so.1"
     if d["lerobot"]["samples_per_s"] is None:  # LeRobot lives in its own venv (run.py --lerobot-python)
         assert "LeRobot is not importable" in d["null_reasons"]["lerobot.samples_per_s"]

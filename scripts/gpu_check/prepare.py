@@ -5,6 +5,7 @@
   ...``: torchcodec 0.15 (a CUDA 13.0 build on PyPI, loads with torch 2.11), PyAV 18 (its wheel's FFmpeg 8.1
   serves torchcodec through symlinks, see gpu_check.sh), roboreel's other declared dependencies missing there,
   and what ``LeRobotDataset`` 0.6.1 imports that is missing there.
+- ``DIR/data/many``: compiled from ``--many PATH`` (ALOHA, 40 episodes of 40 frames), for the scaling part.
 - ``DIR/data/main``: compiled HEVC at a real camera size: ALOHA sim footage (480x640, benchmarks/render_aloha.py)
   when ``--aloha PATH`` holds it, else synthetic 480x640; ``DIR/data/main-source``: its AV1 LeRobot v3 source,
   for LeRobotDataset; ``DIR/data/small``: synthetic 224x224, compiled; ``DIR/data/prepared.json``: what each is.
@@ -88,7 +89,7 @@ def _describe(root: Path, origin: str) -> dict:
             "cameras": cams, "fps": src.info.fps}
 
 
-def make_data(data: Path, *, aloha: Path | None, small: bool, room_mb: float) -> dict:
+def make_data(data: Path, *, aloha: Path | None, many: Path | None, small: bool, room_mb: float) -> dict:
     """``room_mb``: what the data may take. The ALOHA source is copied whole (LeRobot v3 packs episodes into
     shared files) and its compiled copy is assumed no smaller, so it is taken only if twice its size fits."""
     data.mkdir(parents=True, exist_ok=True)
@@ -116,9 +117,37 @@ def make_data(data: Path, *, aloha: Path | None, small: bool, room_mb: float) ->
     _compile(small_src, data / "small")
     info["small"] = _describe(small_src, "synthetic")
     shutil.rmtree(small_src)
-    for k in ("main", "small", "main-source"):
-        info.setdefault(k, {})["mb"] = round(_size_mb(data / k), 2)
+    info.update(_make_many(data, many=many, small=small, room_mb=room_mb - _size_mb(data)))
+    for k in info:
+        info[k]["mb"] = round(_size_mb(data / k), 2)
+    info.setdefault("main-source", {})["mb"] = round(_size_mb(src), 2)
     return info
+
+
+def _make_many(data: Path, *, many: Path | None, small: bool, room_mb: float) -> dict:
+    """``data/many``, the scaling part's data: a clip's frames decode in order on one thread, so decode threads
+    run at most as many clips at once as the batches in flight hold, about one per pooled episode. 8 episodes
+    (``main``) cap that near 8 whatever the threads; this holds enough episodes for 16 threads. From an ALOHA
+    render with many short episodes when one fits, tiny synthetic data with ``--small``, else none (scaling then
+    runs on ``main`` and says so)."""
+    out = data / "many"
+    shutil.rmtree(out, ignore_errors=True)
+    if small:
+        src = data / ".many-source"
+        _synth(src, cameras=("observation.images.top",), height=64, width=64, episodes=8, min_length=6,
+               max_length=8, video_files_size_in_mb=50.0, data_files_size_in_mb=5.0)
+        _compile(src, out)
+        info = _describe(src, "synthetic (--small)")
+        shutil.rmtree(src)
+        return {"many": info}
+    if many is None or not (many / "meta" / "info.json").exists():
+        return {}
+    if 1.5 * _size_mb(many) + 1 > room_mb:  # its compiled copy: about the AV1 source's size or less
+        print(f"note: {many} ({_size_mb(many):.1f} MiB) does not fit the {room_mb:.1f} MiB left: no data/many",
+              file=sys.stderr)
+        return {}
+    _compile(many, out)
+    return {"many": _describe(many, f"ALOHA sim footage ({many}, benchmarks/render_aloha.py)")}
 
 
 def _commit() -> dict:
@@ -135,6 +164,9 @@ def main() -> int:
     p.add_argument("dir", type=Path)
     p.add_argument("--aloha", type=Path, default=Path("data/aloha"),
                    help="an ALOHA render (LeRobot v3, 480x640 AV1; ready when meta/info.json exists)")
+    p.add_argument("--many", type=Path, default=Path("data/aloha-many"),
+                   help="an ALOHA render with many short episodes, for the scaling part (render_aloha.py "
+                        "--episodes 40 --frames 40)")
     p.add_argument("--no-wheels", action="store_true", help="data only (e.g. for --cpu-only here)")
     p.add_argument("--small", action="store_true", help="tiny data, for the test of --cpu-only")
     p.add_argument("--python", default=sys.executable, help="the interpreter whose pip downloads the wheels")
@@ -143,7 +175,7 @@ def main() -> int:
     a.dir.mkdir(parents=True, exist_ok=True)
     wheels = [] if a.no_wheels else fetch_wheels(a.dir / "wheels", a.python)
     room = FOLDER_LIMIT_MB - REPO_MB - sum(w["mb"] for w in wheels)
-    data = make_data(a.dir / "data", aloha=a.aloha, small=a.small, room_mb=room)
+    data = make_data(a.dir / "data", aloha=a.aloha, many=a.many, small=a.small, room_mb=room)
     prepared = {"wheels": wheels, "data": data, **_commit(), "prepared_s": round(time.perf_counter() - t0, 1)}
     (a.dir / "data" / "prepared.json").write_text(json.dumps(prepared, indent=1) + "\n")
     total = _size_mb(a.dir)
