@@ -35,20 +35,26 @@ def main() -> None:
     results.merge(a.results, {"scaling_info": {"cores": n, "batch_size": BATCH, "workers": WORKERS, "data": name,
                                                "batches_on": "cpu", "gil_probe_idle": idle.summary(),
                                                "method": __doc__}})
-    for t in settings:
-        ds = CompiledDataset(str(a.data / name), seed=1, return_uint8=True)
-        dl = roboreel.loader(ds, batch_size=BATCH, num_workers=WORKERS, decode_threads=t, persistent_workers=True)
+    def one(data: str, threads: int, workers: int, inflight: int = 2) -> dict:
+        ds = CompiledDataset(str(a.data / data), seed=1, return_uint8=True)
+        dl = roboreel.loader(ds, batch_size=BATCH, num_workers=workers, decode_threads=threads,
+                             inflight_batches=inflight, persistent_workers=True)
         try:
             r = measure(dl, seconds=a.seconds, set_epoch=dl.set_epoch, gil=held_us)
             parallel = dl.stats().get("decode_parallelism")
         finally:
             dl.close()
-        entry = {"decode_threads": t, "num_workers": WORKERS, "data": name, "decode_parallelism": parallel,
-                 "samples_per_s": r["samples_per_s"],
-                 "cpu_ms_per_sample": r["cpu_ms_per_sample"], "main_process_cores_used": r["main_process_cores_used"],
-                 "tree_cores_used": r["tree_cores_used"], "gil": r.get("gil"),
-                 "threads_cpu_ms_per_sample": r["threads_cpu_ms_per_sample"]}
-        results.append(a.results, "scaling", entry)
+        return {"decode_threads": threads, "num_workers": workers, "inflight_batches": inflight, "data": data,
+                "decode_parallelism": parallel, "samples_per_s": r["samples_per_s"],
+                "cpu_ms_per_sample": r["cpu_ms_per_sample"], "main_process_cores_used": r["main_process_cores_used"],
+                "tree_cores_used": r["tree_cores_used"], "gil": r.get("gil"),
+                "threads_cpu_ms_per_sample": r["threads_cpu_ms_per_sample"]}
+
+    for t in settings:
+        results.append(a.results, "scaling", one(name, t, WORKERS))
+    if name != REAL and not a.cpu_only:  # the few-episodes case of the first run, and whether more batches in
+        for inflight in (2, 8):  # flight (each from another worker, so other clips) get the threads working
+            results.append(a.results, "scaling_few_episodes", one(REAL, settings[-1], 8, inflight))
 
 
 if __name__ == "__main__":
