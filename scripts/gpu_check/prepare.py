@@ -142,7 +142,7 @@ def _make_many(data: Path, *, many: Path | None, small: bool, room_mb: float) ->
         return {"many": info}
     if many is None or not (many / "meta" / "info.json").exists():
         return {}
-    if 1.5 * _size_mb(many) + 1 > room_mb:  # its compiled copy: about the AV1 source's size or less
+    if _size_mb(many) + 1 > room_mb:  # its compiled copy: about the AV1 source's size or less (checked at the end)
         print(f"note: {many} ({_size_mb(many):.1f} MiB) does not fit the {room_mb:.1f} MiB left: no data/many",
               file=sys.stderr)
         return {}
