@@ -94,7 +94,8 @@ def make_data(data: Path, *, aloha: Path | None, many: Path | None, small: bool,
     shared files) and its compiled copy is assumed no smaller, so it is taken only if twice its size fits."""
     data.mkdir(parents=True, exist_ok=True)
     src, out = data / "main-source", data / "main"
-    shutil.rmtree(src, ignore_errors=True)
+    for old in (src, data / "many"):  # an earlier prepare's: not counted against the room
+        shutil.rmtree(old, ignore_errors=True)
     aloha_mb = _size_mb(aloha) if aloha is not None and (aloha / "meta" / "info.json").exists() else None
     if aloha_mb is not None and 2 * aloha_mb + 2 <= room_mb and not small:
         shutil.copytree(aloha, src)
