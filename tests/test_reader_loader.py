@@ -258,6 +258,10 @@ def test_decode_threads_are_checked(compiled):
         roboreel.loader(ds, batch_size=2, decode_threads=0)
     with pytest.raises(ValueError, match="inflight_batches must be an integer >= 1, got 0"):
         roboreel.loader(ds, batch_size=2, inflight_batches=0)
+    # batches in flight follow the threads (half as many, 2 to 8), unless given
+    got = {t: roboreel.loader(ds, batch_size=2, decode_threads=t).inflight_batches for t in (1, 2, 4, 6, 16, 64)}
+    assert got == {1: 2, 2: 2, 4: 2, 6: 3, 16: 8, 64: 8}
+    assert roboreel.loader(ds, batch_size=2, decode_threads=16, inflight_batches=3).inflight_batches == 3
 
 
 @pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])

@@ -41,7 +41,7 @@ from roboreel.reader.decode.heap import (
     DECODE_TRIM_THRESHOLD_BYTES,
     pin_mmap_threshold,
 )
-from roboreel.reader.decode.stage import default_decode_threads
+from roboreel.reader.decode.stage import default_decode_threads, default_inflight_batches
 from roboreel.reader.fetch.prefetch import Prefetcher
 from roboreel.reader.loader_stage import DecodeStage
 from roboreel.reader.mixture import MixtureDataset
@@ -85,7 +85,8 @@ class DeviceLoader:
         batch_size, num_workers: as ``torch.utils.data.DataLoader``.
         prefetch_batches: decoded batches kept ready ahead of the training loop (GPU memory scales with it).
         decode_threads: decode threads in this process (default: the cores it may use, ``os.sched_getaffinity``).
-        inflight_batches: batches decoded at once (threads move on to the next batch while one clip finishes).
+        inflight_batches: batches decoded at once (threads move on to the next batch while one clip finishes);
+            default ``decode_threads // 2``, 2 to 8 (``default_inflight_batches``: why, and its memory).
         max_gpu_decoders: open GPU decoders (NVDEC sessions) at most; least recently used closed beyond it.
         channels_last: camera tensors keep the decoder's memory order: the same shape [B, (T,) C, H, W] and values,
             channels-last strides (``torch.channels_last`` for 4-D), as convolutions on a GPU prefer. On the CPU this
@@ -108,7 +109,7 @@ class DeviceLoader:
         num_workers: int = 0,
         prefetch_batches: int = 2,
         decode_threads: int | None = None,
-        inflight_batches: int = 2,
+        inflight_batches: int | None = None,
         max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS,
         device: str | torch.device | None = None,
         channels_last: bool = False,
@@ -118,6 +119,8 @@ class DeviceLoader:
             raise ValueError(f"dataset must be a roboreel CompiledDataset (one or a mixture), got {type(dataset).__name__}")
         if decode_threads is None:
             decode_threads = default_decode_threads()
+        if inflight_batches is None and isinstance(decode_threads, int) and decode_threads >= 1:
+            inflight_batches = default_inflight_batches(decode_threads)
         for name, value, low in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
                                  ("prefetch_batches", prefetch_batches, 1), ("max_gpu_decoders", max_gpu_decoders, 1),
                                  ("decode_threads", decode_threads, 1), ("inflight_batches", inflight_batches, 1)):

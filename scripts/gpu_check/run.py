@@ -53,14 +53,18 @@ MIN_PART_S = 15.0
 
 
 def _commit(prepared: dict) -> str | None:
-    """This checkout's commit; where the tree was copied without .git, the one --prepare saw,
-    marked as such (with "+dirty" if roboreel/ or scripts/ had uncommitted changes then)."""
-    try:
-        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    except OSError:
-        r = None
-    if r is not None and r.returncode == 0:
-        return r.stdout.strip()
+    """This checkout's commit, "+dirty" when roboreel/, scripts/ or tests/ differ from it (a tree copied onto an
+    older clone: then the commit --prepare saw, from prepared.json, says what ran); without git, that one."""
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        except OSError:
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    if head:
+        return head + ("+dirty" if git("status", "--porcelain", "--", "roboreel", "scripts", "tests") else "")
     c = prepared.get("commit")
     return f"{c}{'+dirty' if prepared.get('dirty') else ''} (from prepared.json)" if c else None
 
@@ -122,7 +126,8 @@ def main() -> int:
     prepared = json.loads((a.data / "prepared.json").read_text()) if (a.data / "prepared.json").exists() else {}
     results.init(res, {"mode": "cpu-only" if a.cpu_only else "gpu",
                        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                       "commit": _commit(prepared), "data": prepared.get("data"),
+                       "commit": _commit(prepared), "prepared_commit": prepared.get("commit"),
+                       "data": prepared.get("data"),
                        "wheels": [w["wheel"] for w in prepared.get("wheels", [])]})
     chosen = set(a.parts.split(",")) if a.parts else {x.name for x in PARTS}
     deadline = time.monotonic() + a.budget

@@ -55,6 +55,17 @@ def default_decode_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def default_inflight_batches(threads: int) -> int:
+    """Batches decoded at once for ``threads`` decode threads: half as many, 2 to 8.
+
+    The stage hands batches over in order, so it waits for the oldest batch's slowest clip (a decoder opening, a
+    GOP run) before it submits the next; with 2 batches in flight the other threads ran out of clips meanwhile. On
+    an H200 with 16 threads (8 workers, one clip per batch) 8 batches in flight gave 2.0x the samples/s of 2
+    (docs/gpu.md, "Measured"). The price is memory: one batch of uint8 frames per batch in flight (29 MiB for 32
+    frames at 480x640; float32 batches on the CPU, 4x that)."""
+    return min(8, max(2, threads // 2))
+
+
 @dataclass
 class BatchJob:
     """One batch being decoded: its uint8 camera tensors (filled by the pool's tasks) and the tasks."""
