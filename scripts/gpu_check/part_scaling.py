@@ -35,7 +35,7 @@ def main() -> None:
     results.merge(a.results, {"scaling_info": {"cores": n, "batch_size": BATCH, "workers": WORKERS, "data": name,
                                                "batches_on": "cpu", "gil_probe_idle": idle.summary(),
                                                "method": __doc__}})
-    def one(data: str, threads: int, workers: int, inflight: int = 2) -> dict:
+    def one(data: str, threads: int, workers: int, inflight: int | None = None) -> dict:
         ds = CompiledDataset(str(a.data / data), seed=1, return_uint8=True)
         dl = roboreel.loader(ds, batch_size=BATCH, num_workers=workers, decode_threads=threads,
                              inflight_batches=inflight, persistent_workers=True)
@@ -44,7 +44,7 @@ def main() -> None:
             parallel = dl.stats().get("decode_parallelism")
         finally:
             dl.close()
-        return {"decode_threads": threads, "num_workers": workers, "inflight_batches": inflight, "data": data,
+        return {"decode_threads": threads, "num_workers": workers, "inflight_batches": dl.inflight_batches, "data": data,
                 "decode_parallelism": parallel, "samples_per_s": r["samples_per_s"],
                 "cpu_ms_per_sample": r["cpu_ms_per_sample"], "main_process_cores_used": r["main_process_cores_used"],
                 "tree_cores_used": r["tree_cores_used"], "gil": r.get("gil"),
@@ -52,9 +52,12 @@ def main() -> None:
 
     for t in settings:
         results.append(a.results, "scaling", one(name, t, WORKERS))
-    if name != REAL and not a.cpu_only:  # the few-episodes case of the first run, and whether more batches in
-        for inflight in (2, 8):  # flight (each from another worker, so other clips) get the threads working
-            results.append(a.results, "scaling_few_episodes", one(REAL, settings[-1], 8, inflight))
+    if name != REAL and not a.cpu_only:  # the sweep runs the default batches in flight (threads // 2, 2 to 8);
+        # against 2 (the default before the first H200 run), on this data and on 8 episodes over 8 workers
+        t = settings[-1]
+        results.append(a.results, "scaling_inflight", one(name, t, WORKERS, 2))
+        for inflight in (2, None):
+            results.append(a.results, "scaling_inflight", one(REAL, t, 8, inflight))
 
 
 if __name__ == "__main__":
