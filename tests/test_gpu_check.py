@@ -81,6 +81,8 @@ def test_cpu_only_fills_what_a_cpu_can_and_explains_every_null(prepared, tmp_pat
         # 2 workers, 4 of the 8 episodes each, 5 where the split cut one in two (all pooled): 5 clips at most
         par = s["decode_parallelism"]
         assert s["data"] == "many" and 1 <= par["clips_per_batch"] <= 5 and par["clips_in_flight"] >= 0
+        # the decode threads' own clocks: part of the training process's CPU per sample
+        assert 0 < s["decode_threads_cpu_ms_per_sample"] <= s["cpu_ms_per_sample"] * 1.5  # published every 0.2 s
     assert d["loader"]["cpu"]["decode_parallelism"]["clips_per_batch"] >= 1
     assert d["doctor"]["exit_code"] == 0 and d["doctor"]["nvdec_library"]["library"] == "libnvcuvid.so.1"
     if d["lerobot"]["samples_per_s"] is None:  # LeRobot lives in its own venv (run.py --lerobot-python)

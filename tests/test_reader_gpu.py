@@ -12,6 +12,7 @@ import json
 import logging
 import multiprocessing
 import threading
+import time
 
 import pytest
 import torch
@@ -186,7 +187,9 @@ def test_loader_batches_equal_the_dataloader_batches(compiled, num_workers):
     make = _make(compiled, epoch=1)
     want = _plain(make, batch_size=5, num_workers=num_workers)
     dl = roboreel.loader(make(), batch_size=5, num_workers=num_workers)
+    cpu = time.process_time()
     got = list(dl)
+    cpu = time.process_time() - cpu  # every thread of this process: the decode threads' share is part of it
     assert len(dl) == len(want)
     assert_same_batches(got, want)  # same keys in order, dtypes, shapes, values (bit for bit on the CPU)
     b = got[0]
@@ -202,6 +205,7 @@ def test_loader_batches_equal_the_dataloader_batches(compiled, num_workers):
     assert st["decoder_opens"] > 0 and st["fallback_clips"] == 0 and st["clips_by_device"] == {"cpu": clips}
     # a batch asks for the clips of its worker's pooled episodes (3) x 2 cameras at most; the decode threads work
     # on those of the batches in flight (inflight_batches, plus the one just submitted)
+    assert 0 < st["decode_cpu_seconds"] <= cpu + 0.01
     par, most = st["decode_parallelism"], 3 * len(CAMERAS)
     assert 2 <= par["clips_per_batch"] <= most and 0 <= par["clips_in_flight"] <= (dl.inflight_batches + 1) * most
 

@@ -104,7 +104,8 @@ class DecodeStage:
             d = pool.stats
             flusher.flush({"decode_seconds": d.decode_seconds, "decoder_opens": d.decoder_opens,
                            "decoder_reuses": d.decoder_reuses, "decode_calls": d.decode_calls,
-                           "frames_decoded": d.frames_decoded, "fallback_clips": router.fallback_clips})
+                           "frames_decoded": d.frames_decoded, "fallback_clips": router.fallback_clips,
+                           "decode_cpu_seconds": pool.cpu_seconds})
             owner._routes = {"clips_by_device": dict(router.clips), "fallbacks": dict(router.fallbacks),
                              "decode_parallelism": pool.parallelism_summary()}
 

@@ -24,6 +24,7 @@ FIELDS = (
     "decode_calls",
     "frames_decoded",
     "fallback_clips",  # clips decoded on the CPU although a GPU was asked for (reader/decode/routing.py says why)
+    "decode_cpu_seconds",  # CPU time of roboreel.loader's decode threads (time.thread_time around each task)
 )
 _INT_FIELDS = {"samples", "bytes_read", "requests", "retries", "episodes_read", "decoder_opens", "decoder_reuses",
                "decode_calls", "frames_decoded", "fallback_clips"}

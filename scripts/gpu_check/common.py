@@ -93,8 +93,10 @@ def _thread_cpu(native_id: int) -> float | None:
 class ThreadCpu:
     """CPU seconds of this process's Python threads over a window, summed by name family ("MainThread",
     "roboreel-decode-pool", "roboreel-decode", ...), from /proc/self/task/TID/stat. The loader's threads come and
-    go with each epoch, so a watcher reads them every 20 ms and keeps each thread's last reading (the last 20 ms
-    of a thread that ended are missed)."""
+    go with each epoch, so a watcher reads them every 0.25 s and keeps each thread's last reading (the last 0.25 s
+    of a thread that ended are missed: the decode threads' own total is the loader's ``decode_cpu_seconds``, which
+    loaderrun.py records beside this). Not faster: reading /proc/PID/task entries while the process's threads
+    exit livelocked a 6.18 kernel in CI (``shrink_dcache_parent``), and each read widens that window."""
 
     def __init__(self) -> None:
         self._start: dict[int, float] = {}
@@ -110,7 +112,7 @@ class ThreadCpu:
                 self._last[t.native_id] = (t.name.split("_")[0], c)
 
     def _run(self) -> None:
-        while not self._stop.wait(0.02):
+        while not self._stop.wait(0.25):
             self._read()
 
     def __enter__(self) -> ThreadCpu:

@@ -29,10 +29,15 @@ def measure(loader: Any, *, seconds: float, warmup_batches: int = 4, cuda: bool 
             torch.cuda.synchronize()
 
     count = count or (lambda b: int(next(v for v in b.values() if hasattr(v, "shape")).shape[0]))
+
+    def decode_cpu() -> float | None:  # the loader's decode threads, on their own clocks (published every 0.2 s)
+        stats = getattr(loader, "stats", None)
+        return stats().get("decode_cpu_seconds") if stats is not None else None
+
     t_start = time.perf_counter()
     batches, samples, epoch = 0, 0, 0
     first_batch_s = None
-    t0 = c0 = p0 = None
+    t0 = c0 = p0 = d0 = None
     threads = ThreadCpu()
     probe = GilProbe(gil) if gil is not None else None  # gil: its held_us
     done = False
@@ -48,6 +53,7 @@ def measure(loader: Any, *, seconds: float, warmup_batches: int = 4, cuda: bool 
                 if batches >= warmup_batches:
                     sync()
                     t0, c0, p0 = time.perf_counter(), tree_cpu_seconds(), process_cpu_seconds()
+                    d0 = decode_cpu()
                     threads.__enter__()
                     if probe is not None:
                         probe.__enter__()
@@ -74,6 +80,9 @@ def measure(loader: Any, *, seconds: float, warmup_batches: int = 4, cuda: bool 
            "main_process_cpu_ms_per_sample": round(1e3 * proc / max(samples, 1), 3),
            "main_process_cores_used": round(proc / wall, 2), "tree_cores_used": round(tree / wall, 2),
            "threads_cpu_ms_per_sample": by_thread}
+    d1 = decode_cpu()
+    if d0 is not None and d1 is not None:
+        out["decode_threads_cpu_ms_per_sample"] = round(1e3 * (d1 - d0) / max(samples, 1), 3)
     if probe is not None:
         out["gil"] = probe.summary()
     return out

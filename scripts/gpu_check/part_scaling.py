@@ -48,7 +48,8 @@ def main() -> None:
                 "decode_parallelism": parallel, "samples_per_s": r["samples_per_s"],
                 "cpu_ms_per_sample": r["cpu_ms_per_sample"], "main_process_cores_used": r["main_process_cores_used"],
                 "tree_cores_used": r["tree_cores_used"], "gil": r.get("gil"),
-                "threads_cpu_ms_per_sample": r["threads_cpu_ms_per_sample"]}
+                "threads_cpu_ms_per_sample": r["threads_cpu_ms_per_sample"],
+                "decode_threads_cpu_ms_per_sample": r.get("decode_threads_cpu_ms_per_sample")}
 
     for t in settings:
         results.append(a.results, "scaling", one(name, t, WORKERS))

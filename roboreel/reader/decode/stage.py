@@ -149,6 +149,9 @@ class DecodePool:
         self._queues: dict[ClipKey, deque[tuple[Callable[..., Any], tuple[Any, ...], BatchJob | None]]] = {}
         self._closed_stats = DecodeStats()  # counters of decoders already closed
         self.parallelism = Parallelism()
+        # CPU time of the tasks (decode, copy, close), from each thread's own clock: no /proc sampling (reading a
+        # live process's /proc/PID/task entries while its threads exit livelocked a 6.18 kernel)
+        self.cpu_seconds = 0.0
         self._lock = threading.Lock()
         self._closing = False
 
@@ -232,12 +235,15 @@ class DecodePool:
                     return
                 fn, args, job = queue[0]  # left in the queue while it runs: later tasks of the clip queue behind it
             error: BaseException | None = None
+            cpu = time.thread_time()
             if not self._closing:  # the iteration was closed while the task waited: nothing more to decode
                 try:
                     fn(*args)
                 except BaseException as e:  # noqa: BLE001 - handed to the batch waiting for it, which re-raises it
                     error = e
+            cpu = time.thread_time() - cpu
             with self._lock:
+                self.cpu_seconds += cpu
                 queue.popleft()
             if job is not None:
                 job.task_done(error)
