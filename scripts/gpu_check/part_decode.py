@@ -53,6 +53,31 @@ def rate(work: Callable[[bytes], int], items: list[bytes], threads: int, seconds
             "seconds": round(wall, 2), "errors": errors[:2]}
 
 
+def call_cost(items: list[bytes], device: str, frames_per_call: int, seconds: float) -> dict:
+    """One thread walking each clip front to back in calls of ``frames_per_call`` frames (one open decoder per
+    clip, no seeks): wall and CPU ms per frame. The loader asks NVDEC for ~2 frames per clip and batch when a
+    batch holds many clips (14 a batch of 32 on ``many``) against 32 when it holds one (``main``, 8 workers); on the
+    first H200 run that case cost 7x the CPU per sample, and this is whether calls that small are why."""
+    from torchcodec.decoders import VideoDecoder
+
+    stop, frames, calls = time.perf_counter() + seconds, 0, 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    j = 0
+    while time.perf_counter() < stop:
+        dec = VideoDecoder(items[j % len(items)], device=device, seek_mode="approximate", num_ffmpeg_threads=1)
+        n = len(dec)
+        for i in range(0, n, frames_per_call):
+            dec.get_frames_at(list(range(i, min(n, i + frames_per_call))))
+            frames, calls = frames + min(n, i + frames_per_call) - i, calls + 1
+        if device != "cpu":
+            torch.cuda.current_stream().synchronize()
+        j += 1
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"device": device, "frames_per_call": frames_per_call, "frames": frames, "calls": calls,
+            "wall_ms_per_frame": round(1e3 * wall / max(frames, 1), 3),
+            "cpu_ms_per_frame": round(1e3 * cpu / max(frames, 1), 3)}
+
+
 def main() -> None:
     a = part_args(__doc__)
     ok, why = cuda_usable()
@@ -89,6 +114,8 @@ def main() -> None:
         if ds == REAL:
             best = max(nv, key=lambda r: r["fps"])
             results.merge(a.results, {"decode.nvdec_fps": best["fps"], "decode.nvdec_best_threads": best["threads"]})
+            results.merge(a.results, {"decode.call_cost": [call_cost(items, dev, k, a.seconds / 2)
+                                                           for dev in ("cuda", "cpu") for k in (2, 32)]})
     if not gpu:
         results.merge(a.results, {}, reasons={"decode.nvdec_fps": "needs NVDEC: " + (
             "--cpu-only run" if a.cpu_only else why if not ok else "torchcodec fell back to the CPU (decode.*.nvdec)")})

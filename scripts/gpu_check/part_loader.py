@@ -36,7 +36,8 @@ def run(path: str, *, decode: str, land: str | None, seconds: float, num_workers
                    batches_on=land or decode, fallback_clips=st.get("fallback_clips"),
                    clips_by_device=st.get("clips_by_device"), fallbacks=st.get("fallbacks"),
                    decode_parallelism=st.get("decode_parallelism"), inflight_batches=dl.inflight_batches,
-                   decoder_opens=st.get("decoder_opens"), frames_decoded=st.get("frames_decoded"),
+                   decoder_opens=st.get("decoder_opens"), decode_calls=st.get("decode_calls"),
+                   frames_decoded=st.get("frames_decoded"),
                    wait_seconds=round(float(st.get("wait_seconds") or 0.0), 2))
         if decode != "cpu":
             import torch
