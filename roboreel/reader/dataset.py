@@ -91,7 +91,7 @@ class CompiledDataset(EpochState, IterableDataset):
         batch_size: the DataLoader's batch size: workers then emit whole batches, so ``len(DataLoader)`` is exact.
         stream: transport knobs (readahead, retries, backoff_s, verify_checksums, storage_options), a
             ``roboreel.StreamOptions``.
-        decode: decode knobs (device, fallback, batch, cache_mb, tolerance_s, frame_order, idle_decoders_mb), a
+        decode: decode knobs (device, fallback, batch, cache_mb, gpu_cache_mb, tolerance_s, frame_order, idle_decoders_mb), a
             ``roboreel.DecodeOptions``.
 
     ``meta`` is the dataset's LeRobot-shaped metadata (features, fps, stats, tasks, episodes; read on first use),
@@ -182,6 +182,7 @@ class CompiledDataset(EpochState, IterableDataset):
         self.split_options = SplitOptions(equal_steps=equal_steps, batch_size=batch_size)
         self.decode_batch, self.readahead = decode.batch, stream.readahead
         self.decode_cache_bytes = int(decode.cache_mb * 2**20)
+        self.gpu_decode_cache_bytes = int(decode.gpu_cache_mb * 2**20)
         mb = decode.idle_decoders_mb
         self.idle_decoder_bytes = None if mb is None else int(mb * 2**20)  # None: automatic (idle_policy.py)
         self.verify_checksums, self.retries, self.backoff_s = stream.verify_checksums, stream.retries, stream.backoff_s

@@ -78,11 +78,13 @@ class DecodeStage:
         staging = {cam: torch.device("cpu" if cam in ds.depth else router.camera_device(cam)) for cam in cameras}
 
         budget = RunBudget(ds.decode_cache_bytes)  # decoded GOP runs of all clips together (runs.py)
+        gpu_budget = RunBudget(ds.gpu_decode_cache_bytes) if self.decode.type == "cuda" else None  # in GPU memory
         idle = ds.idle_policy.begin()  # this process's decoders kept across epochs, or None (idle_policy.py)
 
         def make() -> DeviceDecoders:  # one per live clip: its decoders (GPU, CPU fallback) and their state
             return DeviceDecoders(router, keep=ds.keep_frames, max_gpu_decoders=owner.max_gpu_decoders,
-                                  max_call_bytes=DECODE_CALL_BYTES, run_budget=budget, idle=idle, depth=ds.depth)
+                                  max_call_bytes=DECODE_CALL_BYTES, run_budget=budget, gpu_run_budget=gpu_budget,
+                                  idle=idle, depth=ds.depth)
         pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
                           pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
                           max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,

@@ -152,7 +152,7 @@ class MixtureDataset(EpochState, IterableDataset):
         self.member_fps = [m.fps for m in self.members]
         self.stream_options, self.decode_options = m0.stream_options, m0.decode_options
         for name in ("decode_device", "image_transforms", "return_uint8", "tolerance_s", "frame_order",
-                     "decode_batch", "decode_cache_bytes", "idle_decoder_bytes"):
+                     "decode_batch", "decode_cache_bytes", "gpu_decode_cache_bytes", "idle_decoder_bytes"):
             setattr(self, name, getattr(m0, name))
         self.options = opts = canonical or CanonicalOptions()
         self.canon = canon = canonical_features(self.urls, [m.manifest.features for m in self.members],

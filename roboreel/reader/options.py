@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roboreel.reader.decode.routing import DecodeFallback
-from roboreel.reader.decode.runs import DEFAULT_RUN_CACHE_BYTES
+from roboreel.reader.decode.runs import DEFAULT_GPU_RUN_CACHE_BYTES, DEFAULT_RUN_CACHE_BYTES
 from roboreel.reader.plan.pool import FRAME_ORDERS, FrameOrder
 
 _FALLBACKS = ("error", "cpu")
@@ -69,6 +69,10 @@ class DecodeOptions:
         batch: pending samples decoded together (one sorted call per clip among them).
         cache_mb: decoded frames each consumer may hold ahead of their samples, in MiB: a GOP run is decoded in one
             call when its first frame is asked (docs/reader.md, "Decode and memory"). 0 turns it off.
+        gpu_cache_mb: the same for ``roboreel.loader``'s GPU decoders, in GPU memory. Larger: a batch asks ~2
+            frames of each of its clips, a run not granted is decoded a batch's frames at a time, and an NVDEC call
+            costs more than a CPU one (docs/gpu.md). ~21 clips of 480x640 in flight (40 short episodes, 2 workers,
+            batch 32) held up to 281 MiB of runs; 96 MiB refused 67% of them.
         tolerance_s: max distance between a decoded frame's pts and the timestamp it must show.
         frame_order: order of an episode's frames inside the pool: "segments" (GOP runs: ~1 decoded frame per
             sample) or "random" (every frame independent, ~GOP/2 decoded frames per sample).
@@ -85,6 +89,7 @@ class DecodeOptions:
     fallback: DecodeFallback = "error"
     batch: int = 8
     cache_mb: float = DEFAULT_RUN_CACHE_BYTES / 2**20
+    gpu_cache_mb: float = DEFAULT_GPU_RUN_CACHE_BYTES / 2**20
     tolerance_s: float = 1e-4
     frame_order: FrameOrder = "segments"
     idle_decoders_mb: float | None = None
@@ -96,6 +101,7 @@ class DecodeOptions:
             raise ValueError(f"DecodeOptions.fallback must be one of {_FALLBACKS}, got {self.fallback!r}")
         _int_at_least("DecodeOptions.batch", self.batch, 1)
         _number_at_least("DecodeOptions.cache_mb", self.cache_mb, 0)
+        _number_at_least("DecodeOptions.gpu_cache_mb", self.gpu_cache_mb, 0)
         _number_at_least("DecodeOptions.tolerance_s", self.tolerance_s, 0)
         if self.idle_decoders_mb is not None:
             _number_at_least("DecodeOptions.idle_decoders_mb", self.idle_decoders_mb, 0)

@@ -58,6 +58,7 @@ class DeviceDecoders:
         max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS,
         max_call_bytes: int = 0,
         run_budget: RunBudget | None = None,
+        gpu_run_budget: RunBudget | None = None,
         idle: IdleDecoders | None = None,
         depth: Mapping[str, DepthQuant] | None = None,
     ) -> None:
@@ -66,6 +67,8 @@ class DeviceDecoders:
         self.router = router
         self.device = router.device
         budget = RunBudget(0) if run_budget is None else run_budget  # shared by every clip's decoders (runs.py)
+        # the GPU decoders' runs live in GPU memory, under their own (larger) bound: DecodeOptions.gpu_cache_mb
+        gpu_budget = budget if gpu_run_budget is None else gpu_run_budget
         # ``idle``: the CPU decoders of a released clip are parked there for a later epoch (decoder_cache.py);
         # GPU decoders are not (NVDEC sessions are few, and torchcodec caches those itself)
         self.depth = dict(depth or {})  # depth cameras decode on the CPU, always (depth.py)
@@ -74,7 +77,7 @@ class DeviceDecoders:
         self.gpu: _ObservedDecoders | None = None
         if self.device != "cpu":
             self.gpu = _ObservedDecoders(device=self.device, seek_mode=seek_mode, keep=dict(keep or {}),
-                                         max_open=max_gpu_decoders, on_open=self._opened, budget=budget)
+                                         max_open=max_gpu_decoders, on_open=self._opened, budget=gpu_budget)
 
     def frames(self, clip: Clip, wanted: dict[int, int],
                runs: Mapping[int, int] | None = None) -> dict[int, tuple[torch.Tensor, float]]:

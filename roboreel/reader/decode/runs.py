@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 DEFAULT_RUN_CACHE_BYTES = 96 << 20
+DEFAULT_GPU_RUN_CACHE_BYTES = 1 << 30  # in GPU memory, for roboreel.loader's GPU decoders (DecodeOptions.gpu_cache_mb)
 
 
 class RunBudget:
