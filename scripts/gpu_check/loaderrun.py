@@ -17,6 +17,10 @@ from common import GilProbe, ThreadCpu, process_cpu_seconds
 
 from roboreel.bench.procmem import tree_cpu_seconds
 
+# what a roboreel.loader's stats() says about the window's run (part_loader.py, part_scaling.py record it)
+LOADER_STATS = ("fallback_clips", "clips_by_device", "fallbacks", "decode_parallelism", "decoder_opens",
+                "decode_calls", "frames_decoded")
+
 
 def measure(loader: Any, *, seconds: float, warmup_batches: int = 4, cuda: bool = False,
             set_epoch: Callable[[int], None] | None = None, gil: float | None = None,
@@ -30,8 +34,9 @@ def measure(loader: Any, *, seconds: float, warmup_batches: int = 4, cuda: bool 
 
     count = count or (lambda b: int(next(v for v in b.values() if hasattr(v, "shape")).shape[0]))
 
+    stats = getattr(loader, "stats", None)  # a roboreel.loader's counters; a plain DataLoader has none
+
     def decode_cpu() -> float | None:  # the loader's decode threads, on their own clocks (published every 0.2 s)
-        stats = getattr(loader, "stats", None)
         return stats().get("decode_cpu_seconds") if stats is not None else None
 
     t_start = time.perf_counter()
@@ -80,9 +85,13 @@ def measure(loader: Any, *, seconds: float, warmup_batches: int = 4, cuda: bool 
            "main_process_cpu_ms_per_sample": round(1e3 * proc / max(samples, 1), 3),
            "main_process_cores_used": round(proc / wall, 2), "tree_cores_used": round(tree / wall, 2),
            "threads_cpu_ms_per_sample": by_thread}
-    d1 = decode_cpu()
-    if d0 is not None and d1 is not None:
-        out["decode_threads_cpu_ms_per_sample"] = round(1e3 * (d1 - d0) / max(samples, 1), 3)
+    if stats is not None:
+        st = stats()
+        out.update({k: st.get(k) for k in LOADER_STATS}, inflight_batches=loader.inflight_batches,
+                   wait_seconds=round(float(st.get("wait_seconds") or 0.0), 2))
+        d1 = st.get("decode_cpu_seconds")
+        if d0 is not None and d1 is not None:
+            out["decode_threads_cpu_ms_per_sample"] = round(1e3 * (d1 - d0) / max(samples, 1), 3)
     if probe is not None:
         out["gil"] = probe.summary()
     return out

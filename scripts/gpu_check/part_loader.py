@@ -31,14 +31,8 @@ def run(path: str, *, decode: str, land: str | None, seconds: float, num_workers
                          pin_memory=land is not None, **kw)
     try:
         out = measure(dl, seconds=seconds, cuda=decode != "cpu" or land is not None, set_epoch=dl.set_epoch)
-        st = dl.stats()
         out.update(batch_size=BATCH, num_workers=num_workers, decode_threads=dl.decode_threads, decode=decode,
-                   batches_on=land or decode, fallback_clips=st.get("fallback_clips"),
-                   clips_by_device=st.get("clips_by_device"), fallbacks=st.get("fallbacks"),
-                   decode_parallelism=st.get("decode_parallelism"), inflight_batches=dl.inflight_batches,
-                   decoder_opens=st.get("decoder_opens"), decode_calls=st.get("decode_calls"),
-                   frames_decoded=st.get("frames_decoded"),
-                   wait_seconds=round(float(st.get("wait_seconds") or 0.0), 2))
+                   batches_on=land or decode)
         if decode != "cpu":
             import torch
 

@@ -41,11 +41,10 @@ def main() -> None:
                              inflight_batches=inflight, persistent_workers=True)
         try:
             r = measure(dl, seconds=a.seconds, set_epoch=dl.set_epoch, gil=held_us)
-            parallel = dl.stats().get("decode_parallelism")
         finally:
             dl.close()
-        return {"decode_threads": threads, "num_workers": workers, "inflight_batches": dl.inflight_batches, "data": data,
-                "decode_parallelism": parallel, "samples_per_s": r["samples_per_s"],
+        return {"decode_threads": threads, "num_workers": workers, "inflight_batches": r["inflight_batches"],
+                "data": data, "decode_parallelism": r["decode_parallelism"], "samples_per_s": r["samples_per_s"],
                 "cpu_ms_per_sample": r["cpu_ms_per_sample"], "main_process_cores_used": r["main_process_cores_used"],
                 "tree_cores_used": r["tree_cores_used"], "gil": r.get("gil"),
                 "threads_cpu_ms_per_sample": r["threads_cpu_ms_per_sample"],
