@@ -31,6 +31,7 @@ import av
 import numpy as np
 
 from roboreel.compile.settings import CompileSettings, x265_size_params
+from roboreel.compile.sws import reformat, to_rgb24
 from roboreel.compile.transcode import _MUX_OPTIONS, Clip, check_clip_timing, next_crf, psnr, sample_indices
 from roboreel.formats.depth import is_depth
 from roboreel.formats.errors import RoboreelError, SourceError
@@ -106,8 +107,8 @@ def _chroma_floor(frames: Sequence[np.ndarray]) -> float:
     """Lowest PSNR of a yuv420p round trip (swscale, no codec) over the given RGB frames."""
     worst = math.inf
     for a in frames:
-        yuv = av.VideoFrame.from_ndarray(a, format="rgb24").reformat(format="yuv420p")
-        worst = min(worst, psnr(a, yuv.to_ndarray(format="rgb24")))
+        yuv = reformat(av.VideoFrame.from_ndarray(a, format="rgb24"), "image-yuv420p", format="yuv420p")
+        worst = min(worst, psnr(a, to_rgb24(yuv, "image-rgb24")))
     return worst
 
 
@@ -124,7 +125,7 @@ def _encode(images: Sequence[bytes], pixels: Callable[[int], np.ndarray], *, fps
         stream.options = {"preset": settings.preset, "x265-params": params, **({} if crf is None else
                                                                                 {"crf": str(crf)})}
         for k in range(len(images)):
-            frame = av.VideoFrame.from_ndarray(pixels(k), format="rgb24").reformat(format=pix_fmt)
+            frame = reformat(av.VideoFrame.from_ndarray(pixels(k), format="rgb24"), f"image-{pix_fmt}", format=pix_fmt)
             frame.pts, frame.time_base = k, tb
             for packet in stream.encode(frame):
                 out.mux(packet)

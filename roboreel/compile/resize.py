@@ -16,6 +16,7 @@ from typing import Any
 import av
 import numpy as np
 
+from roboreel.compile.sws import reformat
 from roboreel.formats.depth import is_depth
 
 SWS_FILTERS = {"area": "AREA", "bilinear": "BILINEAR", "bicubic": "BICUBIC", "lanczos": "LANCZOS",
@@ -40,7 +41,8 @@ def resize_frame(frame: av.VideoFrame, height: int, width: int, method: str = FI
         small = torch.nn.functional.interpolate(rgb, size=(height, width), mode="bilinear", antialias=True)
         out = av.VideoFrame.from_ndarray(np.ascontiguousarray(small[0].permute(1, 2, 0).numpy()), format="rgb24")
         return out.reformat(format="yuv420p")
-    return frame.reformat(width=width, height=height, format="yuv420p", interpolation=SWS_FILTERS[method])
+    return reformat(frame, f"resize-{method}", width=width, height=height, format="yuv420p",
+                    interpolation=SWS_FILTERS[method])
 
 
 def transform_record(settings: Any, info: Any, specs: list[Any],

@@ -48,6 +48,7 @@ from roboreel.compile.segments import SegmentsUnavailable, encode_segmented
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.stats import downsample
 from roboreel.compile.stats import sample_indices as stats_sample_indices
+from roboreel.compile.sws import reformat
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 
 _MUX_OPTIONS = {"fflags": "+bitexact"}  # no muxer version string: same bytes from any FFmpeg build that encodes alike
@@ -149,7 +150,7 @@ def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) ->
     if (frame.height, frame.width) != (height, width):
         return resize_frame(frame, height, width, method)
     if frame.format.name != "yuv420p":  # a pixel format conversion only
-        return frame.reformat(format="yuv420p", interpolation="AREA")
+        return reformat(frame, "encoder-input", format="yuv420p", interpolation="AREA")
     return frame
 
 
