@@ -16,6 +16,9 @@ from typing import Any, Literal
 X265_PRESETS = (
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow", "placebo",
 )
+# x265's rc-lookahead of each preset (x265 docs, "Preset Options"); x265_params caps it at the GOP.
+X265_LOOKAHEAD = {"ultrafast": 5, "superfast": 10, "veryfast": 15, "faster": 15, "fast": 15, "medium": 20,
+                  "slow": 25, "slower": 40, "veryslow": 40, "placebo": 60}
 CODECS = ("hevc",)
 IMAGE_MODES = ("clips", "keep")
 
@@ -143,10 +146,17 @@ class CompileSettings:
         """The x265 parameter string for frames of ``height`` x ``width`` (see ``x265_size_params``; without a
         size, the size-dependent CTU/lookahead parameters are left out).
 
+        ``rc-lookahead`` at most the GOP (no B-frames): with fixed closed GOPs and no scenecut, frames past the
+        next keyframe cannot change how a frame is coded, so the bytes are those of the preset's own lookahead
+        (tested: tests/test_compile_lookahead.py), but x265 emits each packet ``lookahead - gop`` frames sooner:
+        13 frames after its input instead of 18 at veryfast (15) with gop 10, which is how far the fidelity floor's
+        check runs ahead of x265 before a failed GOP is re-encoded (segments.py).
+
         ``pools=none`` (single-threaded x265) makes output byte-identical on any machine: x265's bytes depend on
         its thread-pool size (measured: pools=1, 2 and 8 give three different streams), so parallelism comes
         from worker processes instead.
         """
+        size = x265_size_params(height=height, width=width) if height and width else []
         return ":".join(
             [
                 f"keyint={self.gop}",
@@ -156,7 +166,9 @@ class CompileSettings:
                 f"bframes={self.bframes}",
                 "pools=none",
                 "frame-threads=1",
-                *(x265_size_params(height=height, width=width) if height and width else []),
+                *size,
+                *([] if self.bframes or any(p.startswith("rc-lookahead=") for p in size) else
+                  [f"rc-lookahead={min(self.gop, X265_LOOKAHEAD[self.preset])}"]),
                 *([] if self.loop_filters else ["no-deblock=1", "no-sao=1"]),
                 "log-level=error",
             ]
