@@ -1,13 +1,13 @@
 """Pixel conversions through swscale contexts kept per thread and per use, on the calling thread only.
 
 Why: ``frame.reformat(...)`` and ``frame.to_ndarray(format=...)`` build a new swscale context for every call,
-and PyAV 18 converts on as many threads as there are CPUs unless told otherwise. In a compile every core is
-already busy with x265, so a 480x640 conversion cost 1.0-1.4 ms of wall time inside a 2-worker compile; through a
-reused context on one thread it costs 0.2-0.35 ms, with the same bytes (tested: tests/test_compile_sws.py).
-Measured on PyAV 18.1, 2026-11-28, 2-core x86_64 host, no GPU, ALOHA 480x640 frames: yuv420p -> rgb24 0.2 ms
-against 1.0 ms alternating one context between two streams of frames; 480x640 -> 224x224 bilinear yuv420p 0.25
-ms against 1.35 ms of CPU per frame. One context serves one kind of conversion (``use``): a context shared by
-two differing conversions would be rebuilt at every switch.
+and PyAV 18 converts on as many threads as there are CPUs unless told otherwise. Measured on PyAV 18.1,
+2026-11-28, 2-core x86_64 host, no GPU, ALOHA 480x640 frames, the same bytes either way (tests/test_compile_sws.py):
+480x640 -> 224x224 bilinear yuv420p 0.25 ms of CPU a frame through a reused context against 1.35 ms built anew
+(``--resize`` compiles 12-20% faster); the floor check's yuv420p -> rgb24 0.31-0.36 ms of the converting thread
+inside a compile against 1.4 ms through one context shared by the references and the decoded frames (rebuilt at
+every switch) on swscale's threads, though most of that was waiting while other cores converted, so the compile's
+CPU fell only 2-4%. One context serves one kind of conversion (``use``).
 """
 
 from __future__ import annotations
