@@ -20,6 +20,7 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 _local = threading.local()
+_THREADS = True  # whether this PyAV's reformat takes ``threads`` (16 and later)
 
 
 def reformat(frame: av.VideoFrame, use: str, **options: Any) -> av.VideoFrame:
@@ -30,7 +31,13 @@ def reformat(frame: av.VideoFrame, use: str, **options: Any) -> av.VideoFrame:
     reformatter = contexts.get(use)
     if reformatter is None:
         reformatter = contexts[use] = VideoReformatter()
-    return reformatter.reformat(frame, threads=1, **options)
+    global _THREADS
+    if _THREADS:
+        try:
+            return reformatter.reformat(frame, threads=1, **options)
+        except TypeError:  # an older PyAV (15 has no ``threads``) converts on the calling thread only
+            _THREADS = False
+    return reformatter.reformat(frame, **options)
 
 
 def to_rgb24(frame: av.VideoFrame, use: str) -> np.ndarray:
