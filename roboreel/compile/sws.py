@@ -20,7 +20,7 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 _local = threading.local()
-_THREADS = True  # whether this PyAV's reformat takes ``threads`` (16 and later)
+_THREADS = True  # whether this PyAV's reformat takes ``threads`` (PyAV 18 does, 15 does not)
 
 
 def reformat(frame: av.VideoFrame, use: str, **options: Any) -> av.VideoFrame:
