@@ -205,3 +205,24 @@ def test_update_by_concurrent_part_jobs(grown, tmp_path):
     if not (out / "roboreel.json").exists() or load_manifest(str(out)).source["generation"] != 2:
         assert main(["compile", "--finalize", str(out)]) == 0  # both ended before the other's last shard
     assert_same_compile(out, fresh)
+
+
+def test_an_update_after_x265s_parameters_changed_recompiles_every_episode(grown, tmp_path, monkeypatch):
+    """A roboreel that derives other x265 parameters from the same settings (here a shorter lookahead) makes other
+    clips: its update of a grown source recompiles every episode instead of keeping clips of the old parameters
+    beside new ones, and equals its own fresh compile."""
+    from roboreel.compile import settings as settings_module
+
+    old, new, _ = grown
+    src, out = tmp_path / "src", tmp_path / "out"
+    shutil.copytree(old, src)
+    compile_dataset(str(src), str(out), settings=TEST, workers=1)
+    shutil.copytree(new, src, dirs_exist_ok=True)  # grown in place, as LeRobot's resume() grows a dataset
+    before = TEST.x265_params()
+    monkeypatch.setitem(settings_module.X265_LOOKAHEAD, TEST.preset, 2)
+    assert TEST.x265_params() != before
+    report = compile_dataset(str(src), str(out), settings=TEST, workers=1)
+    assert (report.generation, report.episodes_reused, report.episodes_compiled) == (2, 0, 7)
+    fresh = tmp_path / "fresh"
+    compile_dataset(str(src), str(fresh), settings=TEST, workers=1)
+    assert_same_compile(out, fresh)

@@ -2,9 +2,9 @@
 reused when its source grows or changes (docs/incremental.md).
 
 A clip is a pure function of its source span and the settings (schedule.py), so its fingerprint hashes exactly
-those inputs: the encoder settings, the camera, the content checksum and size of the source file the clip is cut
-from (compile/sourcefiles.py: sha256 of a local file, the store's content hash of a remote one) and the span in it
-(timestamps of a video, row range of an image feature). An episode's fingerprint adds what its record carries
+those inputs: the encoder settings and the x265 parameters they give, the camera, the content checksum and size
+of the source file the clip is cut from (compile/sourcefiles.py: sha256 of a local file, the store's content hash
+of a remote one) and the span in it (timestamps of a video, row range of an image feature). An episode's fingerprint adds what its record carries
 besides clips: its index, length, global row range and tasks, and the checksum of the data file its rows come
 from. A file edited anywhere therefore changes the fingerprints of every episode it holds (they are recompiled, a
 safe over-approximation); a file left alone (LeRobot's ``resume()`` writes new files beside the old ones) keeps
@@ -20,7 +20,7 @@ from typing import Any
 from roboreel.compile.settings import CompileSettings
 from roboreel.formats.lerobot_v3 import LeRobotSource
 
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2  # 2: the x265 parameters the settings give (x265_params) are hashed too
 
 
 def _hash(payload: Any) -> str:
@@ -39,7 +39,11 @@ def episode_fingerprints(source: LeRobotSource, settings: CompileSettings, cams:
     """``{episode: {"episode": fp | None, "clips": {camera: fp | None}}}`` for every source episode.
 
     Reads only meta/ (already loaded) and the lock's file checksums: O(episodes), no decode, no data read."""
-    common = {"v": FINGERPRINT_VERSION, "settings": settings.to_dict(), "fps": source.fps}
+    # x265's parameters as this roboreel derives them from the settings (the size-dependent ones follow from the
+    # source's size and the settings, both hashed): a roboreel whose parameters differ makes other clips from the
+    # same settings, so an update by it recompiles every clip rather than mixing the two.
+    common = {"v": FINGERPRINT_VERSION, "settings": settings.to_dict(), "x265": settings.x265_params(),
+              "fps": source.fps}
     out: dict[int, dict[str, Any]] = {}
     for e in source.episodes:
         clips: dict[str, str | None] = {}
