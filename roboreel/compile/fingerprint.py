@@ -4,11 +4,12 @@ reused when its source grows or changes (docs/incremental.md).
 A clip is a pure function of its source span and the settings (schedule.py), so its fingerprint hashes exactly
 those inputs: the encoder settings and the x265 parameters they give, the camera, the content checksum and size
 of the source file the clip is cut from (compile/sourcefiles.py: sha256 of a local file, the store's content hash
-of a remote one) and the span in it (timestamps of a video, row range of an image feature). An episode's fingerprint adds what its record carries
-besides clips: its index, length, global row range and tasks, and the checksum of the data file its rows come
-from. A file edited anywhere therefore changes the fingerprints of every episode it holds (they are recompiled, a
-safe over-approximation); a file left alone (LeRobot's ``resume()`` writes new files beside the old ones) keeps
-them. A source file with no content checksum (a remote store that gives none) gets no fingerprint: never reused.
+of a remote one) and the span in it (timestamps of a video, row range of an image feature). An episode's
+fingerprint adds what its record carries besides clips: its index, length, global row range and tasks, and the
+checksum of the data file its rows come from. A file edited anywhere therefore changes the fingerprints of every
+episode it holds (they are recompiled, a safe over-approximation); a file left alone (LeRobot's ``resume()``
+writes new files beside the old ones) keeps them. A source file with no content checksum (a remote store that
+gives none) gets no fingerprint: never reused.
 """
 
 from __future__ import annotations
