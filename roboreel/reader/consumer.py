@@ -15,7 +15,6 @@ it: the import graph of reader/ has no cycle, not even a type-only one.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any, Protocol
@@ -35,11 +34,6 @@ from roboreel.reader.fetch.source import SliceReader, Store
 from roboreel.reader.plan.epoch import Slice, World
 from roboreel.reader.plan.pool import LoadedEpisode, PoolSchedule, pending_samples, still_needed
 from roboreel.reader.stats import Flusher, SharedCounters
-
-# Counters reach the shared table this often while samples flow, and always when the iterator ends: flushing after
-# every group of decode_batch samples cost ~7% of a worker's CPU at 224x224 (a dozen sums, a torch tensor and a
-# shared-memory add each time).
-_FLUSH_EVERY_S = 0.2
 
 
 class DecodeSettings(Protocol):
@@ -149,7 +143,6 @@ def run_members(ds: DecodeSettings, members: list[MemberStream], pending: Iterat
 
     if deferred:
         pending = ship_once(pending)
-    flushed = time.perf_counter()
     try:
         while True:
             chunk = list(islice(pending, ds.decode_batch))
@@ -162,10 +155,8 @@ def run_members(ds: DecodeSettings, members: list[MemberStream], pending: Iterat
                 position.yielded += 1
                 yielded += 1
                 yield sample
-            now = time.perf_counter()
-            if now - flushed >= _FLUSH_EVERY_S:
+            if flusher.due():  # stats.FLUSH_EVERY_S; always at the end (below)
                 flusher.flush(snapshot())
-                flushed = now
     finally:
         close = getattr(pending, "close", None)
         if close is not None:

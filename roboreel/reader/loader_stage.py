@@ -29,8 +29,6 @@ from roboreel.reader.decode.stage import BatchJob, DecodePool
 from roboreel.reader.decode.unit import unit_float
 from roboreel.reader.stats import Flusher
 
-_PUBLISH_EVERY_S = 0.2  # the decode stage's counters reach stats() this often while an epoch runs
-
 
 class StageOwner(Protocol):
     """What the stage reads from, and reports to, the ``DeviceLoader`` that runs it (loader.py): typed here so this
@@ -94,15 +92,9 @@ class DecodeStage:
                           buffers=owner._buffers, depth=frozenset(ds.depth))
         flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
 
-        published = [0.0]
-
-        def flush(*, every_s: float = 0.0) -> None:
-            """Publish the pool's counters to ``stats()``: at most every ``every_s`` seconds while batches flow
-            (summing every live clip's counters once per batch cost ~2% of this process's CPU), always at the end."""
-            now = time.perf_counter()
-            if now - published[0] < every_s:
-                return
-            published[0] = now
+        def flush() -> None:
+            """Publish the pool's counters to ``stats()``: when ``flusher.due()`` while batches flow, always at the
+            end."""
             d = pool.stats
             flusher.flush({"decode_seconds": d.decode_seconds, "decoder_opens": d.decoder_opens,
                            "decoder_reuses": d.decoder_reuses, "decode_calls": d.decode_calls,
@@ -125,7 +117,8 @@ class DecodeStage:
                 stream.synchronize()  # blocks this thread only; the batch is complete when handed over
             now = time.perf_counter()
             owner._totals["stage_seconds"] += now - t0
-            flush(every_s=_PUBLISH_EVERY_S)
+            if flusher.due():
+                flush()
             return batch, job.pending.produce_seconds + (now - job.submitted_at)
 
         try:
