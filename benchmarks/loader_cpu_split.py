@@ -71,6 +71,8 @@ def main() -> int:
     p.add_argument("--channels-last", action="store_true", help="roboreel.loader(channels_last=True)")
     p.add_argument("--action-window", type=int, default=0,
                    help="delta_timestamps: this many action steps from the current frame (ACT's chunk: 100)")
+    p.add_argument("--decode-threads", type=int, default=None, help="roboreel.loader(decode_threads=...)")
+    p.add_argument("--inflight-batches", type=int, default=None, help="roboreel.loader(inflight_batches=...)")
     p.add_argument("--repo", default=None, help="import roboreel from this checkout")
     p.add_argument("--by-thread", action="store_true",
                    help="also split the training process's CPU by thread (decode pool, decode stage, main, ...)")
@@ -90,7 +92,9 @@ def main() -> int:
     kw = {"batch_size": args.batch_size, "num_workers": args.num_workers,
           "persistent_workers": args.num_workers > 0}
     if args.reader == "loader":
-        dl = roboreel.loader(ds, **kw, **({"channels_last": True} if args.channels_last else {}))
+        extra = {k: v for k, v in (("decode_threads", args.decode_threads), ("inflight_batches", args.inflight_batches),
+                                   ("channels_last", args.channels_last or None)) if v is not None}
+        dl = roboreel.loader(ds, **kw, **extra)
     else:
         dl = torch.utils.data.DataLoader(ds, **kw)
     me = os.getpid()

@@ -64,6 +64,8 @@ def test_every_member_matches_the_index_and_the_reader(small_compiled):
     for _, rec in reader.records(slices):
         members = {split_member(name)[1]: data for name, data in rec.to_members().items()}
         assert members == got[rec.index], rec.index
+        # the rows as pyarrow's own reader reads them, schema metadata (``huggingface``) included
+        assert rec.rows.equals(pq.read_table(pa.BufferReader(got[rec.index]["parquet"])), check_metadata=True)
         seen += 1
     assert seen == 8
 
