@@ -96,13 +96,13 @@ def test_compile_bench_compares_with_ffmpeg(small_source, tmp_path):
 
 def test_bench_window_runs_on_across_epochs_on_a_set_smaller_than_it(small_source, small_compiled):
     """By default the steady window goes on into the next epochs (set_epoch each), as training does; with
-    ``span_epochs=False`` it ends with its epoch. The README's own call (``loader_readme``) and its old default
-    (``loader_refork``) are readers of their own."""
+    ``span_epochs=False`` it ends with its epoch. The README's own call (``loader_readme``), its old default
+    (``loader_refork``) and the loader without worker processes (``loader_inproc``) are readers of their own."""
     from roboreel.reader import CompiledDataset
 
     frames = len(CompiledDataset(str(small_compiled)))
     batches = frames // 4 + 6  # more than one epoch holds
-    for reader in ("loader_readme", "loader_refork", "compiled"):
+    for reader in ("loader_readme", "loader_refork", "loader_inproc", "compiled"):
         cfg = RunConfig(batch_size=4, num_workers=1, warmup_batches=1, batches=batches, return_uint8=True)
         res = run_one(reader, "single", compiled=str(small_compiled), source=str(small_source), cfg=cfg)
         assert res["steady_epochs"] >= 2 and res["samples"] > frames, reader

@@ -6,6 +6,8 @@
   clips and frame requests, a pool of decode threads in the main process decodes into the batch tensors.
 - ``loader_cl``: the same with ``channels_last=True``: frames keep the decoder's memory order, no transposing copy
   on the CPU (what the loader's CPU work is when batches go to a GPU, which transposes them there).
+- ``loader_inproc``: ``loader`` with ``num_workers=0``: the training process also reads shards and plans samples
+  (records on a prefetch thread, planning on the decode stage's thread): no worker processes, no pickling, no IPC.
 - ``loader_readme``: ``roboreel.loader(ds, batch_size=..., num_workers=...)`` exactly as the README's training loop
   calls it: every other knob (workers kept across epochs, prefetch, decode threads) at its default.
 - ``loader_refork``: the same with ``persistent_workers=False``: new DataLoader workers every epoch
@@ -31,11 +33,11 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-Reader = Literal["compiled", "loader", "loader_cl", "loader_readme", "loader_refork", "largest", "largest_loader",
+Reader = Literal["compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork", "largest", "largest_loader",
                  "reference", "lerobot"]
 Mode = Literal["single", "sarm"]
-READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "loader_readme", "loader_refork", "largest",
-                            "largest_loader", "reference", "lerobot")
+READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork",
+                            "largest", "largest_loader", "reference", "lerobot")
 README_READERS = ("loader_readme", "loader_refork")  # roboreel.loader called as the README does (runner.py)
 MODES: tuple[str, ...] = ("single", "sarm")
 LATENCY_KEY = "__bench_latency_s"
@@ -150,7 +152,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, episode_pool_si
     if len(members) > 1 and reader in ("reference", "lerobot"):
         raise ValueError(f"reader {reader!r} reads one source dataset, not the mixture {compiled!r}: compare the "
                          "mixture with its largest member (--readers compiled,largest or loader,largest_loader)")
-    if reader in ("compiled", "loader", "loader_cl", *README_READERS):
+    if reader in ("compiled", "loader", "loader_cl", "loader_inproc", *README_READERS):
         from roboreel.reader import CompiledDataset
         from roboreel.reader.options import DecodeOptions, StreamOptions
 

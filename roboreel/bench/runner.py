@@ -84,8 +84,9 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
                   decode_device=cfg.decode_device, storage_options=storage_options, return_uint8=cfg.return_uint8,
                   resize=tuple(cfg.resize) if cfg.resize else None, weights=cfg.weights,
                   remap_file=cfg.remap_file, pad=cfg.pad)
-    loader_kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "num_workers": cfg.num_workers}
-    if cfg.num_workers > 0:
+    workers = 0 if reader == "loader_inproc" else cfg.num_workers
+    loader_kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "num_workers": workers}
+    if workers > 0:
         # Persistent, as lerobot-train runs them: with a warm-up epoch, workers forked again each epoch would
         # inherit (and the tree's RSS count again) whatever the training process has grown since.
         loader_kwargs.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers)
