@@ -33,8 +33,8 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-Reader = Literal["compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork", "largest", "largest_loader",
-                 "reference", "lerobot"]
+Reader = Literal["compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork", "largest",
+                 "largest_loader", "reference", "lerobot"]
 Mode = Literal["single", "sarm"]
 READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork",
                             "largest", "largest_loader", "reference", "lerobot")
