@@ -11,6 +11,7 @@ import json
 import threading
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from support.datasets import codes, compiled_pair
@@ -187,6 +188,26 @@ def test_worker_collate_equals_default_collate_of_the_samples_values(compiled, w
             assert got[k].dtype == w.dtype and got[k].shape == w.shape and torch.equal(got[k], w), k
         else:
             assert got[k] == w, k
+
+
+def test_collated_values_stack_like_np_stack():
+    """collate_values stacks numeric arrays with ``np.array`` of their list: the dtype, shape and values of
+    ``np.stack`` for equal arrays, promoted dtypes alike for mixed ones (a mixture's members), and np.stack's own
+    error for shapes that differ (never a ragged object array)."""
+    from roboreel.reader.decode.deferred import collate_values
+
+    rng = np.random.default_rng(0)
+    for shape in ((), (14,), (3, 2)):
+        for dtype in (np.bool_, np.uint8, np.int16, np.int64, np.float16, np.float32, np.float64):
+            column = [rng.integers(0, 2, shape).astype(dtype) for _ in range(5)]
+            got = collate_values([{"x": a} for a in column])["x"]
+            want = torch.from_numpy(np.stack(column))
+            assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), (shape, dtype)
+    mixed = [np.array(1, dtype=np.int64), np.array(0.5, dtype=np.float32)]
+    got = collate_values([{"x": a} for a in mixed])["x"]
+    assert got.dtype == torch.from_numpy(np.stack(mixed)).dtype == torch.float64 and got.tolist() == [1.0, 0.5]
+    with pytest.raises(ValueError, match="same shape"):
+        collate_values([{"x": np.zeros(3, np.float32)}, {"x": np.zeros(4, np.float32)}])
 
 
 def _decode_epoch(ds, budget: RunBudget, *, max_call_bytes: int, threads: int = 2) -> tuple[list, Any, int]:

@@ -20,6 +20,7 @@ from itertools import islice
 from typing import Any, Protocol
 
 import numpy as np
+from torch.utils.data import get_worker_info
 
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.manifest import Manifest
@@ -165,4 +166,6 @@ def run_members(ds: DecodeSettings, members: list[MemberStream], pending: Iterat
             m.close()
         decoders.close()
         flusher.flush(snapshot())
-        release_free_memory()  # epoch over: hand freed pages back (heap.py)
+        # epoch over: hand freed pages back (heap.py). Pending samples made in the training process feed
+        # roboreel.loader's decode stage, which trims once its own decoders are closed: one trim, not two
+        release_free_memory(trim=not (deferred and get_worker_info() is None))

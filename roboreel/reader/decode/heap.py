@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -54,6 +55,14 @@ _done_in: tuple[int, int] | None = None  # (pid, threshold) last set
 _side: tuple[int, ThreadPoolExecutor] | None = None  # (pid, its one thread): a forked child makes its own
 
 
+@functools.cache
+def _libc() -> Any:
+    """glibc, loaded once per process. ``ctypes.util.find_library`` runs ``ldconfig -p`` in a subprocess and parses
+    its output with a regex, ~2 ms of CPU: paid at every epoch end when it ran per call (``trim_heap``).
+    Raises OSError where there is no C library to load."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+
+
 def pin_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES, trim_bytes: int | None = None) -> bool:
     """Pin glibc's mmap threshold in this process at ``nbytes`` (a forked worker does it again, since fork copies
     the parent's flag but the call is cheap), and with ``trim_bytes`` its trim threshold: free memory at the top of
@@ -66,8 +75,7 @@ def pin_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES, trim_bytes: int | Non
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):  # the user chose one: respect it
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = _libc().mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
@@ -79,10 +87,10 @@ def pin_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES, trim_bytes: int | Non
     return ok
 
 
-def release_free_memory() -> None:
+def release_free_memory(*, trim: bool = True) -> None:
     """At the end of a consumer's epoch: collect cycles (in a DataLoader worker), give pyarrow's pool and glibc's
     free pages back to the system (``malloc_trim(0)`` also releases whole free pages inside the arenas, not only
-    the top). A few ms once per epoch per worker; what is left of a long run's slow creep after the pinned
+    the top; ``trim=False`` leaves that to a caller that trims later anyway). A few ms once per epoch per worker; what is left of a long run's slow creep after the pinned
     threshold. Not ``gc.collect()`` in the training process itself (``num_workers=0``): with torch and a model
     loaded a full collection there took ~140 ms per epoch, and skipping it changed nothing in RSS over 50-60 epochs
     (with and without idle decoders: 0.00 vs -0.01 and 0.45 vs 0.43 MB per epoch, docs/reliability.md)."""
@@ -94,7 +102,8 @@ def release_free_memory() -> None:
     if get_worker_info() is not None:  # a worker froze its inherited heap (forksafe.py): a collection is cheap
         gc.collect()
     pa.default_memory_pool().release_unused()
-    trim_heap()
+    if trim:
+        trim_heap()
 
 
 def trim_heap() -> bool:
@@ -108,8 +117,7 @@ def trim_heap() -> bool:
     ~2-5% of an epoch that lasts half a second (ALOHA, 1,200 samples), nothing measurable on epochs of seconds.
     Trimming at most every few seconds instead left a sawtooth of +-100 MB on the soak's 1.3 s epochs."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
+        _libc().malloc_trim(0)
     except (OSError, AttributeError):
         return False
     return True
