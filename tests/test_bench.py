@@ -182,3 +182,20 @@ def test_bench_reads_a_mixture_of_robots_through_its_remap_file(tmp_path_factory
     sample = next(iter(ds))
     assert sample["observation.state"].shape == (6,) and "observation.state_dim_is_pad" in sample
     assert "observation.images.wrist_is_missing" in sample and "observation.images.front" not in sample
+
+
+def test_stage_premade_script_feeds_the_stage_both_ways(small_compiled):
+    """benchmarks/stage_premade.py drives the decode stage's internals (pool, decoders, budgets): it runs, both ways,
+    and counts the dataset's samples every epoch."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from roboreel.reader import CompiledDataset
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "stage_premade.py"
+    out = subprocess.run([sys.executable, str(script), str(small_compiled), "--epochs", "2", "--rounds", "1",
+                          "--batch-size", "4"], capture_output=True, text=True, timeout=300, check=True).stdout
+    runs = dict(re.findall(r"^(live|premade)\s+\d+ samples/s.*\((\d+) samples\)$", out, flags=re.M))
+    assert runs == {"live": str(2 * len(CompiledDataset(str(small_compiled)))), "premade": runs.get("live")}, out
