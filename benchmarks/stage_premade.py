@@ -11,9 +11,11 @@ alternated in one run:
 
 The difference is what making batches costs on the same cores: its own CPU, and the decode threads waiting while
 the Python that makes them holds the GIL. Samples/s, CPU ms a sample and cores busy (CPU time / wall time) per run.
+``--make-only`` times making the batches alone (no decode), CPU ms a sample, e.g. against another checkout.
 
     python benchmarks/stage_premade.py data/aloha-224 --rounds 3
     python benchmarks/stage_premade.py DIR --float32 --repo /path/to/other/checkout
+    python benchmarks/stage_premade.py DIR --make-only --action-window 50
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ def main() -> int:
     p.add_argument("--decode-threads", type=int, default=None, help="default: the loader's (the cores)")
     p.add_argument("--inflight-batches", type=int, default=None, help="default: the loader's")
     p.add_argument("--float32", action="store_true", help="float32 frames (default: uint8, as lerobot-train)")
+    p.add_argument("--action-window", type=int, default=0,
+                   help="delta_timestamps: this many action steps from the current frame (ACT's chunk: 100)")
+    p.add_argument("--make-only", action="store_true", help="time making the batches alone, no decode")
     p.add_argument("--repo", default=None, help="import roboreel from this checkout")
     args = p.parse_args()
     if args.repo:
@@ -58,7 +63,11 @@ def main() -> int:
     from roboreel.reader.loader import _PendingStream
 
     pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES, DECODE_TRIM_THRESHOLD_BYTES)  # as roboreel.loader's process
-    ds = CompiledDataset(args.compiled, return_uint8=not args.float32, seed=0)
+    dts = None
+    if args.action_window:
+        fps = CompiledDataset(args.compiled).meta.fps
+        dts = {"action": [k / fps for k in range(args.action_window)]}
+    ds = CompiledDataset(args.compiled, return_uint8=not args.float32, seed=0, delta_timestamps=dts)
     threads = args.decode_threads or default_decode_threads()
     inflight = args.inflight_batches or default_inflight_batches(threads)
     cameras = {c.key: c for c in ds.manifest.cameras}
@@ -95,6 +104,17 @@ def main() -> int:
             pool.close()
         return n
 
+    if args.make_only:
+        list(batches())
+        cpus = []
+        for _ in range(args.rounds):
+            c0 = time.process_time()
+            n = sum(b.size for _ in range(args.epochs) for b in batches())
+            cpus.append((time.process_time() - c0) / n * 1e3)
+            print(f"make     {cpus[-1]:.4f} CPU ms/sample  ({n} samples)", flush=True)
+        print(f"making batches alone, batch {args.batch_size}: median {statistics.median(cpus):.4f}, "
+              f"best {min(cpus):.4f} CPU ms/sample")
+        return 0
     epoch(batches())  # warm-up: imports, decoders parked for the next epochs
     results: dict[str, list[tuple[float, float, float]]] = {"live": [], "premade": []}
     for _ in range(args.rounds):

@@ -199,3 +199,7 @@ def test_stage_premade_script_feeds_the_stage_both_ways(small_compiled):
                           "--batch-size", "4"], capture_output=True, text=True, timeout=300, check=True).stdout
     runs = dict(re.findall(r"^(live|premade)\s+\d+ samples/s.*\((\d+) samples\)$", out, flags=re.M))
     assert runs == {"live": str(2 * len(CompiledDataset(str(small_compiled)))), "premade": runs.get("live")}, out
+    made = subprocess.run([sys.executable, str(script), str(small_compiled), "--make-only", "--epochs", "2",
+                           "--rounds", "1", "--batch-size", "4", "--action-window", "3"],
+                          capture_output=True, text=True, timeout=300, check=True).stdout
+    assert re.findall(r"^make\s+[\d.]+ CPU ms/sample\s+\((\d+) samples\)$", made, flags=re.M) == [runs["live"]], made

@@ -180,14 +180,41 @@ def test_worker_collate_equals_default_collate_of_the_samples_values(compiled, w
 
     ds = _make(compiled, delta_timestamps=windows)()
     pending = [p for p, _ in _PendingStream(ds)][:7]
-    got = collate_values([p.values for p in pending])
-    want = default_collate([value_tensors(p.values) for p in pending])
+    got = collate_values([p.sample_values() for p in pending])
+    want = default_collate([value_tensors(p.sample_values()) for p in pending])
     assert list(got) == list(want) and "task" in got and isinstance(got["task"], list)
     for k, w in want.items():
         if isinstance(w, torch.Tensor):
             assert got[k].dtype == w.dtype and got[k].shape == w.shape and torch.equal(got[k], w), k
         else:
             assert got[k] == w, k
+
+
+@pytest.mark.parametrize("windows", [None, WINDOWS], ids=["plain", "windows"])
+def test_batches_gather_rows_per_episode_as_samples_would(compiled, windows):
+    """A batch's values are gathered a column and an episode at a time (``LoadedEpisode.gather``), not sample by
+    sample: over two whole epochs with batches of 5 (several episodes each, windows clamped at episode edges), the
+    same keys, order, dtypes and values as collating each sample's own values."""
+    from roboreel.reader.decode.deferred import collate_values
+
+    ds = _make(compiled, delta_timestamps=windows)()
+    batches = 0
+    for epoch in (1, 2):
+        ds.set_epoch(epoch)
+        pending = [p for p, _ in _PendingStream(ds)]
+        for i in range(0, len(pending), 5):
+            chunk = pending[i:i + 5]
+            assert all(p.values is None and p.rows is not None for p in chunk)
+            got = collate_pending(chunk).values
+            want = collate_values([p.rows.source.values(p.rows.frame) for p in chunk])
+            assert list(got) == list(want)
+            for k, w in want.items():
+                if isinstance(w, torch.Tensor):
+                    assert got[k].dtype == w.dtype and torch.equal(got[k], w), k
+                else:
+                    assert got[k] == w, k
+            batches += len({p.episode for p in chunk}) > 1
+    assert batches > 0  # batches mixing episodes were among them
 
 
 def test_collated_values_stack_like_np_stack():

@@ -54,7 +54,7 @@ class MemberSamples:
     def __call__(self, p: PendingSample) -> PendingSample:
         values: dict[str, Any] = {}
         norm = self.normalizer
-        for k, v in p.values.items():
+        for k, v in p.sample_values().items():
             k = self.rename.get(k, k)
             if norm is not None and k in norm.modes:
                 v = norm(k, v)

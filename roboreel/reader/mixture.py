@@ -359,7 +359,7 @@ class MixtureDataset(EpochState, IterableDataset):
             make = makers[k]
             if make is not None:
                 p = make(p)
-            v = p.values
+            v = p.sample_values()
             ti = v.get("task_index")
             if isinstance(ti, np.ndarray):
                 v["task_index"] = self.task_remaps[k][ti].astype(ti.dtype)

@@ -345,7 +345,7 @@ def materialize(
             img = to_output(frames, return_uint8=return_uint8 and cam not in image_clips)
             depth = frames.dtype != torch.uint8  # LeRobot applies no image transform to depth maps
             sample[cam] = image_transforms(img) if image_transforms is not None and not depth else img
-        values = dict(p.values)
+        values = dict(p.sample_values())
         finish_images(values, p.images, image_transforms, batched=False)  # before value_tensors: numpy views
         sample.update(value_tensors(values))
         out.append(image_clips.apply(sample))

@@ -33,7 +33,7 @@ from torch.utils.data import default_collate
 from roboreel.formats.errors import FrameTimestampError
 from roboreel.formats.table_features import LANGUAGE_COLUMNS
 from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
-from roboreel.reader.decode.requests import Clip, PendingSample
+from roboreel.reader.decode.requests import Clip, PendingSample, Rows
 from roboreel.reader.decode.unit import unit_float
 
 ClipKey = tuple[str, int, str, int]  # Clip.key: shard, episode, camera, stream
@@ -164,7 +164,10 @@ def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]
                     refs.append((key, f))
         if p.release:
             release += [c.key for c in p.release]
-    values = collate_values([p.values for p in samples])
+    if all(p.values is None for p in samples):  # rows not gathered yet: one indexing per column and episode
+        values = gather_values([p.rows for p in samples if p.rows is not None])
+    else:
+        values = collate_values([p.sample_values() for p in samples])
     return PendingBatch(len(samples), values, cameras, clips, wanted, release, seconds, runs,
                         samples[0].images)
 
@@ -191,6 +194,49 @@ def collate_values(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             out[key] = column
         else:
             out[key] = default_collate(column)
+    return out
+
+
+def gather_values(rows: Sequence[Rows]) -> dict[str, Any]:
+    """``collate_values`` of the samples' values, gathered from their episodes (``Rows.source.gather``) a column
+    and an episode at a time instead of sample by sample: the same keys, order, dtypes and values. Samples whose
+    episodes disagree on keys, dtypes or shapes (not within one dataset) take the per-sample path."""
+    groups: dict[int, tuple[Any, list[int], list[int]]] = {}
+    for i, r in enumerate(rows):
+        g = groups.get(id(r.source))
+        if g is None:
+            g = groups[id(r.source)] = (r.source, [], [])
+        g[1].append(i)
+        g[2].append(r.frame)
+    parts = [(positions, source.gather(np.asarray(frames, dtype=np.int64)))
+             for source, positions, frames in groups.values()]
+    keys = list(parts[0][1])
+    n = len(rows)
+    out: dict[str, Any] = {}
+    for key in keys:
+        got = [part.get(key) for _, part in parts]
+        first = got[0]
+        if isinstance(first, np.ndarray) and first.dtype.kind in "biuf":
+            if len(parts) == 1:
+                out[key] = torch.from_numpy(first)
+                continue
+            if any(not isinstance(a, np.ndarray) or a.dtype != first.dtype or a.shape[1:] != first.shape[1:]
+                   for a in got):
+                return collate_values([r.source.values(r.frame) for r in rows])
+            stacked = np.empty((n, *first.shape[1:]), dtype=first.dtype)
+            for (positions, _), a in zip(parts, got, strict=True):
+                stacked[positions] = a
+            out[key] = torch.from_numpy(stacked)
+        else:
+            if any(not isinstance(a, list) for a in got):
+                return collate_values([r.source.values(r.frame) for r in rows])
+            column: list[Any] = [None] * n
+            for (positions, _), a in zip(parts, got, strict=True):
+                for i, v in zip(positions, a, strict=True):
+                    column[i] = v
+            out[key] = column if key in LANGUAGE_COLUMNS else default_collate(column)
+    if any(list(part) != keys for _, part in parts[1:]):
+        return collate_values([r.source.values(r.frame) for r in rows])
     return out
 
 

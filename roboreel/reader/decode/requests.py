@@ -56,17 +56,41 @@ class FrameRequest:
     run_end: int | None = None  # frames[0] + 1 .. run_end - 1 are asked next from this clip, in order, one each
 
 
+@dataclass(eq=False)
+class Rows:
+    """A sample's tabular values before they are gathered: row ``frame`` of ``source``.
+
+    ``source`` (reader/plan/pool.LoadedEpisode) gathers the rows of many samples at once, ``gather(frames)``: one
+    indexing per column for all of a batch's samples of that episode (deferred.collate_pending), where gathering
+    each sample's values and stacking them cost ~20 us a sample of the Python that holds the GIL the decode threads
+    need; or one sample's, ``values(frame)``."""
+
+    source: Any
+    frame: int
+
+
 @dataclass
 class PendingSample:
     """A sample that has left the pool but is not decoded yet."""
 
     episode: int
     frame: int  # frame within the episode
-    values: dict[str, Any]  # every non-camera key in final order: numpy arrays (tabular, ``*_is_pad``), ``task``
+    # every non-camera key in final order: numpy arrays (tabular, ``*_is_pad``), ``task``; None while ``rows`` holds
+    # them ungathered (read them with ``sample_values``)
+    values: dict[str, Any] | None
     video: dict[str, FrameRequest]  # camera key -> request, in camera order
     release: tuple[Clip, ...] = ()  # clips no later sample needs (their episode left the pool)
     # image features among ``values`` (uint8 until finished, images.finish_images) -> whether image_transforms apply
     images: Mapping[str, bool] = field(default_factory=dict)
+    rows: Rows | None = None
+
+    def sample_values(self) -> dict[str, Any]:
+        """The sample's values, gathered from ``rows`` on first use (then kept in ``values``)."""
+        if self.values is None:
+            if self.rows is None:
+                raise ValueError(f"pending sample of episode {self.episode} frame {self.frame} has no values")
+            self.values = self.rows.source.values(self.rows.frame)
+        return self.values
 
 
 @dataclass

@@ -28,7 +28,7 @@ from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.shard import EpisodeRecord
 from roboreel.formats.table_features import image_bytes, image_problem
 from roboreel.reader.decode.images import decode_image, decode_images
-from roboreel.reader.decode.requests import Clip, FrameRequest, PendingSample, window_lanes
+from roboreel.reader.decode.requests import Clip, FrameRequest, PendingSample, Rows, window_lanes
 from roboreel.reader.plan.epoch import TAG_FRAMES, TAG_POOL, Slice
 from roboreel.reader.plan.rows import column_array
 from roboreel.reader.plan.windows import window
@@ -223,6 +223,9 @@ class LoadedEpisode:
         self.tasks = tasks
         self._task_index = task_index
         self.nbytes = sum(len(c.data) for c in self.clips.values()) + rows.nbytes
+        # values gathered per batch (``gather``) unless a sample needs its own work: image features decode per
+        # sample, a windowed non-numeric column is a list per sample
+        self.batched = not self.images and all(k in self.numeric for k in self.columns if k in windows)
 
     def _image_column(self, rows: Any, key: str) -> list[bytes]:
         problem = image_problem(rows.column(key))
@@ -236,10 +239,28 @@ class LoadedEpisode:
         return decode_images([col[i] for i in rows], name=name, metres=metres)
 
     def pending(self, f: int, *, last: bool, run_end: int | None = None) -> PendingSample:
-        """The pending sample of frame ``f`` (its window's rows gathered, its frames named, nothing decoded).
-        Numeric values are numpy arrays (``PendingSample.values``): indexing numpy costs a fraction of a tensor
-        index + clone, and workers collate them without torch's shared memory (deferred.collate_values).
-        ``run_end``: see ``PoolSchedule.run_end``; passed on to cameras without a window (decode.ClipDecoders)."""
+        """The pending sample of frame ``f`` (its frames named, nothing decoded). Its values are gathered later,
+        with the rest of its batch (``PendingSample.rows``, ``gather``), where every column gathers in one
+        indexing; an episode with image features (decoded per sample) or a windowed non-numeric column gathers
+        them now (``values``). ``run_end``: see ``PoolSchedule.run_end``; passed on to cameras without a window
+        (decode.ClipDecoders)."""
+        video: dict[str, FrameRequest] = {}
+        for cam, clip in self.clips.items():
+            off = self.windows.get(cam)
+            if off is None:
+                video[cam] = FrameRequest(clip, np.array([f]), self.timestamps[f:f + 1], False, None, run_end)
+                continue
+            q, _ = window(f, 0, self.length, off)
+            video[cam] = FrameRequest(clip, q, self.timestamps[q], len(off) > 1, self.lanes.get(cam))
+        release = tuple(self.clips.values()) if last else ()
+        if self.batched:
+            return PendingSample(self.index, f, None, video, release, self.finish, Rows(self, f))
+        return PendingSample(self.index, f, self.values(f), video, release, self.finish)
+
+    def values(self, f: int) -> dict[str, Any]:
+        """Frame ``f``'s values: its window's rows gathered, ``*_is_pad`` masks, ``task``. Numeric values are numpy
+        arrays: indexing numpy costs a fraction of a tensor index + clone, and workers collate them without torch's
+        shared memory (deferred.collate_values)."""
         values: dict[str, Any] = {}
         pads: dict[str, np.ndarray] = {}
         for key, col in self.columns.items():
@@ -257,21 +278,35 @@ class LoadedEpisode:
                 else:
                     values[key] = col[q] if key in self.numeric else [col[i] for i in q.tolist()]
                 pads[f"{key}_is_pad"] = pad
-        video: dict[str, FrameRequest] = {}
-        for cam, clip in self.clips.items():
+        for cam in self.clips:
             off = self.windows.get(cam)
-            if off is None:
-                video[cam] = FrameRequest(clip, np.array([f]), self.timestamps[f:f + 1], False, None, run_end)
-                continue
-            q, pad = window(f, 0, self.length, off)
-            pads[f"{cam}_is_pad"] = pad
-            video[cam] = FrameRequest(clip, q, self.timestamps[q], len(off) > 1, self.lanes.get(cam))
+            if off is not None:
+                pads[f"{cam}_is_pad"] = window(f, 0, self.length, off)[1]
         for key in self.windows:  # padding keys in delta_timestamps order, like LeRobot
             values[f"{key}_is_pad"] = pads[f"{key}_is_pad"]
         if self._task_index is not None:
             values["task"] = self.tasks[int(self._task_index[f])]
-        return PendingSample(self.index, f, values, video, tuple(self.clips.values()) if last else (),
-                             self.finish)
+        return values
+
+    def gather(self, frames: np.ndarray) -> dict[str, Any]:
+        """The values of the samples at ``frames`` (int64), each key gathered for all of them at once, in ``values``'
+        key order: numeric ones as arrays ``[len(frames), ...]`` (``np.stack`` of the samples' values: same dtype,
+        shape and numbers), the others as lists of the samples' values. Only where ``batched`` (no image features,
+        windowed columns numeric)."""
+        out: dict[str, Any] = {}
+        last = self.length - 1
+        for key, col in self.columns.items():
+            off = self.windows.get(key)
+            if key in self.numeric:
+                out[key] = col[frames] if off is None else col[np.clip(frames[:, None] + off, 0, last)]
+            else:
+                out[key] = [col[i] for i in frames.tolist()]
+        for key, off in self.windows.items():  # padding keys in delta_timestamps order, like LeRobot
+            raw = frames[:, None] + off
+            out[f"{key}_is_pad"] = (raw < 0) | (raw > last)
+        if self._task_index is not None:
+            out["task"] = [self.tasks[int(t)] for t in self._task_index[frames].tolist()]
+        return out
 
 
 def pending_samples(
