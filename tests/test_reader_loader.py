@@ -217,6 +217,16 @@ def test_batches_gather_rows_per_episode_as_samples_would(compiled, windows):
     assert batches > 0  # batches mixing episodes were among them
 
 
+def test_a_pending_sample_without_values_or_rows_fails_its_batch(compiled):
+    """A sample that carries neither values nor a row to gather them from stops the batch with an error naming it,
+    instead of leaving the batch one row short."""
+    ds = _make(compiled)()
+    pending = [p for p, _ in _PendingStream(ds)][:4]
+    pending[2].rows = None
+    with pytest.raises(ValueError, match=f"episode {pending[2].episode} frame {pending[2].frame} has no values"):
+        collate_pending(pending)
+
+
 def test_collated_values_stack_like_np_stack():
     """collate_values stacks numeric arrays with ``np.array`` of their list: the dtype, shape and values of
     ``np.stack`` for equal arrays, promoted dtypes alike for mixed ones (a mixture's members), and np.stack's own

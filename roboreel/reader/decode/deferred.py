@@ -164,9 +164,10 @@ def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]
                     refs.append((key, f))
         if p.release:
             release += [c.key for c in p.release]
-    if all(p.values is None for p in samples):  # rows not gathered yet: one indexing per column and episode
-        values = gather_values([p.rows for p in samples if p.rows is not None])
-    else:
+    rows = [p.rows for p in samples if p.values is None and p.rows is not None]
+    if len(rows) == len(samples):  # rows not gathered yet: one indexing per column and episode
+        values = gather_values(rows)
+    else:  # a sample with neither values nor rows raises here (sample_values), never drops out of the batch
         values = collate_values([p.sample_values() for p in samples])
     return PendingBatch(len(samples), values, cameras, clips, wanted, release, seconds, runs,
                         samples[0].images)
@@ -211,32 +212,30 @@ def gather_values(rows: Sequence[Rows]) -> dict[str, Any]:
     parts = [(positions, source.gather(np.asarray(frames, dtype=np.int64)))
              for source, positions, frames in groups.values()]
     keys = list(parts[0][1])
+    if any(list(part) != keys for _, part in parts[1:]):
+        return collate_values([r.source.values(r.frame) for r in rows])
     n = len(rows)
     out: dict[str, Any] = {}
     for key in keys:
-        got = [part.get(key) for _, part in parts]
+        got = [part[key] for _, part in parts]
         first = got[0]
-        if isinstance(first, np.ndarray) and first.dtype.kind in "biuf":
-            if len(parts) == 1:
-                out[key] = torch.from_numpy(first)
-                continue
-            if any(not isinstance(a, np.ndarray) or a.dtype != first.dtype or a.shape[1:] != first.shape[1:]
-                   for a in got):
-                return collate_values([r.source.values(r.frame) for r in rows])
+        numeric = isinstance(first, np.ndarray) and first.dtype.kind in "biuf"
+        if numeric and len(parts) == 1:
+            out[key] = torch.from_numpy(first)
+        elif numeric and all(isinstance(a, np.ndarray) and a.dtype == first.dtype and a.shape[1:] == first.shape[1:]
+                             for a in got):
             stacked = np.empty((n, *first.shape[1:]), dtype=first.dtype)
             for (positions, _), a in zip(parts, got, strict=True):
                 stacked[positions] = a
             out[key] = torch.from_numpy(stacked)
-        else:
-            if any(not isinstance(a, list) for a in got):
-                return collate_values([r.source.values(r.frame) for r in rows])
+        elif not numeric and all(isinstance(a, list) for a in got):
             column: list[Any] = [None] * n
             for (positions, _), a in zip(parts, got, strict=True):
                 for i, v in zip(positions, a, strict=True):
                     column[i] = v
             out[key] = column if key in LANGUAGE_COLUMNS else default_collate(column)
-    if any(list(part) != keys for _, part in parts[1:]):
-        return collate_values([r.source.values(r.frame) for r in rows])
+        else:
+            return collate_values([r.source.values(r.frame) for r in rows])
     return out
 
 
