@@ -169,84 +169,6 @@ def test_each_clip_is_opened_once_and_released(compiled):
     assert st["decoder_reuses"] > 0 and st["frames_decoded"] == st["samples"] * len(CAMERAS)
 
 
-@pytest.mark.parametrize("windows", [None, WINDOWS], ids=["single", "windows"])
-def test_worker_collate_equals_default_collate_of_the_samples_values(compiled, windows):
-    """Workers stack numeric values with numpy (no shared-memory file per tensor): every key's dtype, shape and
-    values equal ``default_collate`` of the same samples' values as tensors; strings stay lists."""
-    from torch.utils.data import default_collate
-
-    from roboreel.reader.decode.clips import value_tensors
-    from roboreel.reader.decode.deferred import collate_values
-
-    ds = _make(compiled, delta_timestamps=windows)()
-    pending = [p for p, _ in _PendingStream(ds)][:7]
-    got = collate_values([p.sample_values() for p in pending])
-    want = default_collate([value_tensors(p.sample_values()) for p in pending])
-    assert list(got) == list(want) and "task" in got and isinstance(got["task"], list)
-    for k, w in want.items():
-        if isinstance(w, torch.Tensor):
-            assert got[k].dtype == w.dtype and got[k].shape == w.shape and torch.equal(got[k], w), k
-        else:
-            assert got[k] == w, k
-
-
-@pytest.mark.parametrize("windows", [None, WINDOWS], ids=["plain", "windows"])
-def test_batches_gather_rows_per_episode_as_samples_would(compiled, windows):
-    """A batch's values are gathered a column and an episode at a time (``LoadedEpisode.gather``), not sample by
-    sample: over two whole epochs with batches of 5 (several episodes each, windows clamped at episode edges), the
-    same keys, order, dtypes and values as collating each sample's own values."""
-    from roboreel.reader.decode.deferred import collate_values
-
-    ds = _make(compiled, delta_timestamps=windows)()
-    batches = 0
-    for epoch in (1, 2):
-        ds.set_epoch(epoch)
-        pending = [p for p, _ in _PendingStream(ds)]
-        for i in range(0, len(pending), 5):
-            chunk = pending[i:i + 5]
-            assert all(p.values is None and p.rows is not None for p in chunk)
-            got = collate_pending(chunk).values
-            want = collate_values([p.rows.source.values(p.rows.frame) for p in chunk])
-            assert list(got) == list(want)
-            for k, w in want.items():
-                if isinstance(w, torch.Tensor):
-                    assert got[k].dtype == w.dtype and torch.equal(got[k], w), k
-                else:
-                    assert got[k] == w, k
-            batches += len({p.episode for p in chunk}) > 1
-    assert batches > 0  # batches mixing episodes were among them
-
-
-def test_a_pending_sample_without_values_or_rows_fails_its_batch(compiled):
-    """A sample that carries neither values nor a row to gather them from stops the batch with an error naming it,
-    instead of leaving the batch one row short."""
-    ds = _make(compiled)()
-    pending = [p for p, _ in _PendingStream(ds)][:4]
-    pending[2].rows = None
-    with pytest.raises(ValueError, match=f"episode {pending[2].episode} frame {pending[2].frame} has no values"):
-        collate_pending(pending)
-
-
-def test_collated_values_stack_like_np_stack():
-    """collate_values stacks numeric arrays with ``np.array`` of their list: the dtype, shape and values of
-    ``np.stack`` for equal arrays, promoted dtypes alike for mixed ones (a mixture's members), and np.stack's own
-    error for shapes that differ (never a ragged object array)."""
-    from roboreel.reader.decode.deferred import collate_values
-
-    rng = np.random.default_rng(0)
-    for shape in ((), (14,), (3, 2)):
-        for dtype in (np.bool_, np.uint8, np.int16, np.int64, np.float16, np.float32, np.float64):
-            column = [rng.integers(0, 2, shape).astype(dtype) for _ in range(5)]
-            got = collate_values([{"x": a} for a in column])["x"]
-            want = torch.from_numpy(np.stack(column))
-            assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), (shape, dtype)
-    mixed = [np.array(1, dtype=np.int64), np.array(0.5, dtype=np.float32)]
-    got = collate_values([{"x": a} for a in mixed])["x"]
-    assert got.dtype == torch.from_numpy(np.stack(mixed)).dtype == torch.float64 and got.tolist() == [1.0, 0.5]
-    with pytest.raises(ValueError, match="same shape"):
-        collate_values([{"x": np.zeros(3, np.float32)}, {"x": np.zeros(4, np.float32)}])
-
-
 def _decode_epoch(ds, budget: RunBudget, *, max_call_bytes: int, threads: int = 2) -> tuple[list, Any, int]:
     """One epoch of pending batches through a DecodePool whose clips share ``budget``: the uint8 camera tensors of
     every batch, the pool's counters, and the most the budget held after any batch was submitted."""
@@ -404,8 +326,6 @@ def test_copy_frame_deinterleaves_exactly(compiled):
     """The stage's frame copies (OpenCV's split into the three planes of a [C, H, W] slot, numpy otherwise) write
     exactly the decoded frame, or its ``x / 255.0`` into float32 slots, for real decoded frames and for layouts
     they must leave to numpy."""
-    import numpy as np
-
     from roboreel.reader.decode.pixels import copy_frame
 
     ds = _make(compiled)()

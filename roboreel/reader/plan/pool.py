@@ -245,24 +245,26 @@ class LoadedEpisode:
         them now (``values``). ``run_end``: see ``PoolSchedule.run_end``; passed on to cameras without a window
         (decode.ClipDecoders)."""
         video: dict[str, FrameRequest] = {}
+        pads: dict[str, np.ndarray] = {}  # the windowed cameras' padding masks, handed to ``values``
         for cam, clip in self.clips.items():
             off = self.windows.get(cam)
             if off is None:
                 video[cam] = FrameRequest(clip, np.array([f]), self.timestamps[f:f + 1], False, None, run_end)
                 continue
-            q, _ = window(f, 0, self.length, off)
+            q, pads[f"{cam}_is_pad"] = window(f, 0, self.length, off)
             video[cam] = FrameRequest(clip, q, self.timestamps[q], len(off) > 1, self.lanes.get(cam))
         release = tuple(self.clips.values()) if last else ()
         if self.batched:
             return PendingSample(self.index, f, None, video, release, self.finish, Rows(self, f))
-        return PendingSample(self.index, f, self.values(f), video, release, self.finish)
+        return PendingSample(self.index, f, self.values(f, pads), video, release, self.finish)
 
-    def values(self, f: int) -> dict[str, Any]:
+    def values(self, f: int, camera_pads: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
         """Frame ``f``'s values: its window's rows gathered, ``*_is_pad`` masks, ``task``. Numeric values are numpy
         arrays: indexing numpy costs a fraction of a tensor index + clone, and workers collate them without torch's
-        shared memory (deferred.collate_values)."""
+        shared memory (deferred.collate_values). ``camera_pads``: the windowed cameras' masks where ``pending``
+        already computed them (computed here otherwise)."""
         values: dict[str, Any] = {}
-        pads: dict[str, np.ndarray] = {}
+        pads: dict[str, np.ndarray] = dict(camera_pads or {})
         for key, col in self.columns.items():
             off = self.windows.get(key)
             if off is None:  # a copy (0-dim for a scalar column): a sample must not pin the episode's column
@@ -280,7 +282,7 @@ class LoadedEpisode:
                 pads[f"{key}_is_pad"] = pad
         for cam in self.clips:
             off = self.windows.get(cam)
-            if off is not None:
+            if off is not None and f"{cam}_is_pad" not in pads:
                 pads[f"{cam}_is_pad"] = window(f, 0, self.length, off)[1]
         for key in self.windows:  # padding keys in delta_timestamps order, like LeRobot
             values[f"{key}_is_pad"] = pads[f"{key}_is_pad"]
