@@ -32,6 +32,7 @@ from roboreel.reader.decode.images import ImageClips
 from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.fetch.prefetch import Prefetcher
 from roboreel.reader.fetch.source import SliceReader, Store
+from roboreel.reader.plan.episode_cache import EpisodeCache
 from roboreel.reader.plan.epoch import Slice, World
 from roboreel.reader.plan.pool import LoadedEpisode, PoolSchedule, pending_samples, still_needed
 from roboreel.reader.stats import Flusher, SharedCounters
@@ -97,13 +98,33 @@ class MemberStream:
         images = {k: v for k, v in ds.image_keys.items() if k in tabular}  # a mixture keeps the shared ones
         transformed = [k for k in ds.transformed_images if k in images]
 
+        cache: EpisodeCache | None = getattr(ds, "episode_cache", None)
+        if cache is not None and not cache.budget:
+            cache = None
+        # what an episode is made from, besides its record: part of its key in the cache (episode_cache.py)
+        made_as = (shard_prefix, tuple(tabular), tuple(cameras), tuple(images.items()), tuple(transformed),
+                   tuple((k, tuple(v.tolist())) for k, v in ds.windows.items()))
+        self.kept = 0  # episodes taken from the cache instead of read
+
         def loaded() -> Iterator[LoadedEpisode]:
             seen: dict[tuple[int, int], int] = {}
-            for shard, rec in reader.records(todo):
-                repeat = seen[shard, rec.index] = seen.get((shard, rec.index), -1) + 1
-                yield LoadedEpisode(rec, shard=shard_prefix + shard_paths[shard], tabular_keys=tabular,
-                                    camera_keys=cameras, windows=ds.windows, tasks=ds.manifest.tasks,
-                                    stream=stream + repeat * stride, images=images, transformed=transformed)
+            for s in todo:
+                keys = []
+                for e in s.episodes:  # an episode read again in this stream (a mixture's next pass): a new clip stream
+                    repeat = seen[s.shard, int(e)] = seen.get((s.shard, int(e)), -1) + 1
+                    keys.append((made_as, s.shard, int(e), stream + repeat * stride))
+                kept = [cache.get(k) for k in keys] if cache is not None else [None]
+                if all(ep is not None for ep in kept):
+                    self.kept += len(kept)
+                    yield from kept  # type: ignore[misc]
+                    continue
+                for key, (shard, rec) in zip(keys, reader.records([s]), strict=True):
+                    ep = LoadedEpisode(rec, shard=shard_prefix + shard_paths[shard], tabular_keys=tabular,
+                                       camera_keys=cameras, windows=ds.windows, tasks=ds.manifest.tasks,
+                                       stream=key[3], images=images, transformed=transformed)
+                    if cache is not None:
+                        cache.put(key, ep)
+                    yield ep
 
         self.prefetch = Prefetcher(loaded, ds.readahead) if todo else iter(())
         self.pending = pending_samples(schedule, self.prefetch)
@@ -139,6 +160,7 @@ def run_members(ds: DecodeSettings, members: list[MemberStream], pending: Iterat
                 "fetch_wait_seconds": sum(getattr(m.prefetch, "wait_seconds", 0.0) for m in members),
                 "bytes_read": sum(f.bytes_read for f in fs), "requests": sum(f.requests for f in fs),
                 "retries": sum(f.retries for f in fs), "episodes_read": sum(f.records for f in fs),
+                "episodes_kept": sum(m.kept for m in members),
                 "decoder_opens": d.decoder_opens, "decoder_reuses": d.decoder_reuses,
                 "decode_calls": d.decode_calls, "frames_decoded": d.frames_decoded}
 

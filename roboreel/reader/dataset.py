@@ -41,6 +41,7 @@ from roboreel.reader.fetch.source import Store, retrying
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.mixture import MIXTURE_ONLY, build_mixture
 from roboreel.reader.options import DecodeOptions, StreamOptions, resolve_options
+from roboreel.reader.plan.episode_cache import EpisodeCache, auto_budget
 from roboreel.reader.plan.epoch import (
     Selection,
     Slice,
@@ -191,6 +192,9 @@ class CompiledDataset(EpochState, IterableDataset):
         self.segment = min(gops) if gops else int(m.settings.get("gop") or 10)
         self._selection: Selection | None = None
         _ = self.selection  # shard-level (O(shards)): known from construction, like the shard table
+        keep = stream.keep_episodes_mb
+        self.episode_cache = EpisodeCache(auto_budget(self._selected_shard_bytes()) if keep is None
+                                          else int(keep * 2**20))  # episodes kept across epochs, per process
         if delta_indices is not None and delta_timestamps is not None:
             raise ValueError("give delta_timestamps (seconds) or delta_indices (frames), not both")
         self._set_windows(frame_offsets(delta_indices, keys=list(m.features)) if delta_indices is not None else
@@ -243,6 +247,10 @@ class CompiledDataset(EpochState, IterableDataset):
         if self._selection is None:
             self._selection = selection(self.manifest, self.episodes)
         return self._selection
+
+    def _selected_shard_bytes(self) -> int:
+        sizes = np.asarray(self.manifest.index.shards["size"], dtype=np.int64)
+        return int(sizes[self.selection.shards].sum())
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_selection": None}  # recomputed where needed: pickles stay O(1)

@@ -21,6 +21,7 @@ FIELDS = (
     "requests",
     "retries",
     "episodes_read",
+    "episodes_kept",  # episodes an epoch took from memory instead of reading them (reader/plan/episode_cache.py)
     "decoder_opens",
     "decoder_reuses",
     "decode_calls",
@@ -28,8 +29,8 @@ FIELDS = (
     "fallback_clips",  # clips decoded on the CPU although a GPU was asked for (reader/decode/routing.py says why)
     "decode_cpu_seconds",  # CPU time of roboreel.loader's decode threads (time.thread_time around each task)
 )
-_INT_FIELDS = {"samples", "bytes_read", "requests", "retries", "episodes_read", "decoder_opens", "decoder_reuses",
-               "decode_calls", "frames_decoded", "fallback_clips"}
+_INT_FIELDS = {"samples", "bytes_read", "requests", "retries", "episodes_read", "episodes_kept", "decoder_opens",
+               "decoder_reuses", "decode_calls", "frames_decoded", "fallback_clips"}
 ROWS = 257  # row 0: the main process; row 1 + w: DataLoader worker w (rows wrap beyond 256 workers)
 # While samples flow, a process's counters reach the table at most this often (and always when it ends): a flush
 # sums its counters, makes a tensor and adds it into shared memory; after every 8 samples that was ~7% of a
