@@ -200,8 +200,9 @@ def collate_values(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def gather_values(rows: Sequence[Rows]) -> dict[str, Any]:
     """``collate_values`` of the samples' values, gathered from their episodes (``Rows.source.gather``) a column
-    and an episode at a time instead of sample by sample: the same keys, order, dtypes and values. Samples whose
-    episodes disagree on keys, dtypes or shapes (not within one dataset) take the per-sample path."""
+    and an episode at a time instead of sample by sample: the same keys, order, dtypes and values. The episodes'
+    parts are joined in episode order and put back in sample order by one permutation, computed once per batch.
+    Samples whose episodes disagree on keys, dtypes or shapes (not within one dataset) take the per-sample path."""
     groups: dict[int, tuple[Any, list[int], list[int]]] = {}
     for i, r in enumerate(rows):
         g = groups.get(id(r.source))
@@ -209,30 +210,28 @@ def gather_values(rows: Sequence[Rows]) -> dict[str, Any]:
             g = groups[id(r.source)] = (r.source, [], [])
         g[1].append(i)
         g[2].append(r.frame)
-    parts = [(positions, source.gather(np.asarray(frames, dtype=np.int64)))
-             for source, positions, frames in groups.values()]
-    keys = list(parts[0][1])
-    if any(list(part) != keys for _, part in parts[1:]):
+    parts = [source.gather(np.asarray(frames, dtype=np.int64)) for source, _, frames in groups.values()]
+    keys = list(parts[0])
+    if any(list(part) != keys for part in parts[1:]):
         return collate_values([r.source.values(r.frame) for r in rows])
-    n = len(rows)
+    # sample i's row is row ``order[i]`` of the parts joined in episode order
+    order = None if len(parts) == 1 else np.argsort(
+        np.fromiter((i for _, positions, _ in groups.values() for i in positions), dtype=np.int64, count=len(rows)))
     out: dict[str, Any] = {}
     for key in keys:
-        got = [part[key] for _, part in parts]
+        got = [part[key] for part in parts]
         first = got[0]
-        numeric = isinstance(first, np.ndarray) and first.dtype.kind in "biuf"
-        if numeric and len(parts) == 1:
-            out[key] = torch.from_numpy(first)
-        elif numeric and all(isinstance(a, np.ndarray) and a.dtype == first.dtype and a.shape[1:] == first.shape[1:]
-                             for a in got):
-            stacked = np.empty((n, *first.shape[1:]), dtype=first.dtype)
-            for (positions, _), a in zip(parts, got, strict=True):
-                stacked[positions] = a
-            out[key] = torch.from_numpy(stacked)
-        elif not numeric and all(isinstance(a, list) for a in got):
-            column: list[Any] = [None] * n
-            for (positions, _), a in zip(parts, got, strict=True):
-                for i, v in zip(positions, a, strict=True):
-                    column[i] = v
+        if isinstance(first, np.ndarray) and first.dtype.kind in "biuf":
+            if order is None:
+                out[key] = torch.from_numpy(first)
+                continue
+            if any(not isinstance(a, np.ndarray) or a.dtype != first.dtype or a.shape[1:] != first.shape[1:]
+                   for a in got[1:]):
+                return collate_values([r.source.values(r.frame) for r in rows])
+            out[key] = torch.from_numpy(np.concatenate(got)[order])
+        elif all(isinstance(a, list) for a in got):
+            joined = [v for a in got for v in a]
+            column = joined if order is None else [joined[i] for i in order.tolist()]
             out[key] = column if key in LANGUAGE_COLUMNS else default_collate(column)
         else:
             return collate_values([r.source.values(r.frame) for r in rows])
