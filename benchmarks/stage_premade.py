@@ -40,6 +40,9 @@ def main() -> int:
     p.add_argument("--action-window", type=int, default=0,
                    help="delta_timestamps: this many action steps from the current frame (ACT's chunk: 100)")
     p.add_argument("--make-only", action="store_true", help="time making the batches alone, no decode")
+    p.add_argument("--keep-episodes-mb", type=float, default=None,
+                   help="StreamOptions.keep_episodes_mb (default: the dataset's own, automatic; 0: episodes read "
+                        "every epoch)")
     p.add_argument("--repo", default=None, help="import roboreel from this checkout")
     args = p.parse_args()
     if args.repo:
@@ -67,7 +70,12 @@ def main() -> int:
     if args.action_window:
         fps = CompiledDataset(args.compiled).meta.fps
         dts = {"action": [k / fps for k in range(args.action_window)]}
-    ds = CompiledDataset(args.compiled, return_uint8=not args.float32, seed=0, delta_timestamps=dts)
+    kw: dict[str, Any] = {}
+    if args.keep_episodes_mb is not None:
+        from roboreel.reader.options import StreamOptions
+
+        kw["stream"] = StreamOptions(keep_episodes_mb=args.keep_episodes_mb)
+    ds = CompiledDataset(args.compiled, return_uint8=not args.float32, seed=0, delta_timestamps=dts, **kw)
     threads = args.decode_threads or default_decode_threads()
     inflight = args.inflight_batches or default_inflight_batches(threads)
     cameras = {c.key: c for c in ds.manifest.cameras}
@@ -77,8 +85,12 @@ def main() -> int:
     def batches() -> DataLoader:
         return DataLoader(_PendingStream(ds), batch_size=args.batch_size, collate_fn=collate_pending, num_workers=0)
 
+    firsts: list[float] = []  # per epoch: seconds until its first pending batch was there
+
     def epoch(source: Any) -> int:
         """One epoch through a fresh pool, as the loader's stage runs one (decode/stage.py, loader_stage.py)."""
+        start = time.perf_counter()
+        source = iter(source)
         router = Router("cpu", cameras=cameras, capability=None)
 
         def make() -> DeviceDecoders:
@@ -92,6 +104,8 @@ def main() -> int:
         n = 0
         try:
             for pending in source:
+                if not n:  # the epoch's first pending batch: its records read, its samples picked
+                    firsts.append(time.perf_counter() - start)
                 while jobs and jobs[0].done():
                     jobs.popleft().wait()
                 jobs.append(pool.submit(pending))
@@ -116,22 +130,25 @@ def main() -> int:
               f"best {min(cpus):.4f} CPU ms/sample")
         return 0
     epoch(batches())  # warm-up: imports, decoders parked for the next epochs
-    results: dict[str, list[tuple[float, float, float]]] = {"live": [], "premade": []}
+    results: dict[str, list[tuple[float, float, float, float]]] = {"live": [], "premade": []}
     for _ in range(args.rounds):
         for mode in results:
             made = [list(batches()) for _ in range(args.epochs)] if mode == "premade" else None
+            firsts.clear()
             t0, c0, n = time.perf_counter(), time.process_time(), 0
             for e in range(args.epochs):
                 n += epoch(made[e] if made is not None else batches())
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            results[mode].append((n / wall, cpu / n * 1e3, cpu / wall))
+            first = statistics.median(firsts) * 1e3
+            results[mode].append((n / wall, cpu / n * 1e3, cpu / wall, first))
             print(f"{mode:8s} {n / wall:7.0f} samples/s  {cpu / n * 1e3:.3f} CPU ms/sample  {cpu / wall:.2f} cores  "
-                  f"({n} samples)", flush=True)
+                  f"first batch {first:.1f} ms  ({n} samples)", flush=True)
     print(f"{threads} decode threads, {inflight} batches in flight, batch {args.batch_size}, "
-          f"{'float32' if args.float32 else 'uint8'}; medians:")
+          f"{'float32' if args.float32 else 'uint8'}; medians (first batch: an epoch's first pending batch, ms):")
     for mode, rows in results.items():
         print(f"  {mode:8s} {statistics.median(r[0] for r in rows):7.0f} samples/s  "
-              f"{statistics.median(r[1] for r in rows):.3f} CPU ms/sample  {statistics.median(r[2] for r in rows):.2f} cores")
+              f"{statistics.median(r[1] for r in rows):.3f} CPU ms/sample  {statistics.median(r[2] for r in rows):.2f} cores"
+              f"  first batch {statistics.median(r[3] for r in rows):.1f}")
     return 0
 
 

@@ -195,10 +195,13 @@ def test_stage_premade_script_feeds_the_stage_both_ways(small_compiled):
     from roboreel.reader import CompiledDataset
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "stage_premade.py"
-    out = subprocess.run([sys.executable, str(script), str(small_compiled), "--epochs", "2", "--rounds", "1",
-                          "--batch-size", "4"], capture_output=True, text=True, timeout=300, check=True).stdout
-    runs = dict(re.findall(r"^(live|premade)\s+\d+ samples/s.*\((\d+) samples\)$", out, flags=re.M))
-    assert runs == {"live": str(2 * len(CompiledDataset(str(small_compiled)))), "premade": runs.get("live")}, out
+    for keep in ("0", "8"):  # episodes read every epoch, or kept across them
+        out = subprocess.run([sys.executable, str(script), str(small_compiled), "--epochs", "2", "--rounds", "1",
+                              "--batch-size", "4", "--keep-episodes-mb", keep],
+                             capture_output=True, text=True, timeout=300, check=True).stdout
+        runs = dict(re.findall(r"^(live|premade)\s+\d+ samples/s.*first batch [\d.]+ ms\s+\((\d+) samples\)$", out,
+                               flags=re.M))
+        assert runs == {"live": str(2 * len(CompiledDataset(str(small_compiled)))), "premade": runs.get("live")}, out
     made = subprocess.run([sys.executable, str(script), str(small_compiled), "--make-only", "--epochs", "2",
                            "--rounds", "1", "--batch-size", "4", "--action-window", "3"],
                           capture_output=True, text=True, timeout=300, check=True).stdout
