@@ -122,7 +122,7 @@ class MemberStream:
                     ep = LoadedEpisode(rec, shard=shard_prefix + shard_paths[shard], tabular_keys=tabular,
                                        camera_keys=cameras, windows=ds.windows, tasks=ds.manifest.tasks,
                                        stream=key[3], images=images, transformed=transformed)
-                    if cache is not None:
+                    if cache is not None and rec.index == key[2]:  # (pending_samples names a stream out of order)
                         cache.put(key, ep)
                     yield ep
 
