@@ -111,8 +111,9 @@ def test_a_dataset_larger_than_the_automatic_bound_keeps_nothing(compiled, monke
 
 @pytest.mark.parametrize("loader", [False, True], ids=["dataloader", "loader"])
 def test_a_mixture_with_renamed_cameras_and_a_repeating_member(tmp_path_factory, loader):
-    """A mixture renames a member's cameras on its clips and reads its short member more than once an epoch (each
-    pass its own clip stream): kept episodes give the same epochs as episodes read afresh."""
+    """A mixture renames a member's cameras (on copies of its clips) and reads its short member more than once an
+    epoch (each pass its own clip stream): kept episodes give the same epochs as episodes read afresh, and stay as
+    they were made."""
     front = "observation.images.front"
     a = compiled_pair(tmp_path_factory, episodes_per_shard=2)[1]
     b = compiled_pair(tmp_path_factory, episodes_per_shard=1, episodes=3, fps=10, cameras=(front,), state_dim=4,
@@ -129,3 +130,6 @@ def test_a_mixture_with_renamed_cameras_and_a_repeating_member(tmp_path_factory,
     assert len(got) == len(want) == len(EPOCHS) * 15
     assert_same_batches(got, want)
     assert "observation.images.top" in got[0] and kept.stats()["episodes_kept"] > 0
+    # the renamed clips were copies: the kept episodes' own clips still carry the member's camera names
+    episodes = list(kept.members[1].episode_cache._episodes.values())
+    assert episodes and all(c.camera == cam == front for ep in episodes for cam, c in ep.clips.items())

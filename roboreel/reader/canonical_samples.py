@@ -2,8 +2,9 @@
 
 Applied to each *pending* sample as the mixture draws it (before decode), so the one pass serves both readers:
 ``iter(dataset)`` decodes the renamed requests, and ``roboreel.loader`` ships them. A camera's clip is renamed too
-(``Clip.camera``, shared by every request of its episode): decoders, the frames kept of a window, depth and the
-loader's camera specs then all speak canonical keys. Values a member has are passed through untouched except
+(a copy of the episode's ``Clip`` under the canonical camera, shared by every request of its episode while it is
+pooled; the episode's own clips stay as made, since a kept episode serves the next epoch: plan/episode_cache.py):
+decoders, the frames kept of a window, depth and the loader's camera specs then all speak canonical keys. Values a member has are passed through untouched except
 for the zero-padding at the end of a 1-D feature (and the normalisation, when asked for). A missing camera is a
 request for the black frame of a blank clip (blank.py), so it decodes to zeros on either path.
 """
@@ -50,6 +51,20 @@ class MemberSamples:
         self.normalizer = normalizer
         self.dim_masks = {k: np.arange(n) >= m.pad.get(k, n) for k, n in canon.sizes.items()}
         self.missing = {c: np.array(c in m.missing) for c in canon.missing_cameras}
+        self._copies: dict[tuple[str, int, str, int], Clip] = {}  # pooled clip (own key) -> its renamed copy
+
+    def _renamed(self, clip: Clip, *, last: bool = False) -> Clip:
+        """``clip`` under its canonical camera: one copy per clip while its episode is pooled (the bytes shared),
+        dropped with ``last`` (the episode left the pool)."""
+        camera = self.rename.get(clip.camera, clip.camera)
+        if camera == clip.camera:
+            return clip
+        copy = self._copies.pop(clip.key, None) if last else self._copies.get(clip.key)
+        if copy is None:
+            copy = dataclasses.replace(clip, camera=camera)
+            if not last:
+                self._copies[clip.key] = copy
+        return copy
 
     def __call__(self, p: PendingSample) -> PendingSample:
         values: dict[str, Any] = {}
@@ -73,11 +88,13 @@ class MemberSamples:
         if p.video or self.blanks:
             video = {}
             for cam, req in p.video.items():
-                req.clip.camera = self.rename[cam]  # the same Clip object for every sample of the episode
+                req.clip = self._renamed(req.clip)  # the request is this sample's own; the clip is the episode's
                 video[self.rename[cam]] = req
             for cam, clip in self.blanks.items():
                 video[cam] = blank_request(clip, self.windows.get(cam))
             p.video = {c: video[c] for c in self.cameras}  # canonical order: cameras lead a sample
+        if p.release:  # the episode left the pool: its clips under the names its requests used
+            p.release = tuple(self._renamed(c, last=True) for c in p.release)
         if p.images:
             p.images = {self.rename.get(k, k): v for k, v in p.images.items()}
         return p
