@@ -4,8 +4,9 @@ Applied to each *pending* sample as the mixture draws it (before decode), so the
 ``iter(dataset)`` decodes the renamed requests, and ``roboreel.loader`` ships them. A camera's clip is renamed too
 (a copy of the episode's ``Clip`` under the canonical camera, shared by every request of its episode while it is
 pooled; the episode's own clips stay as made, since a kept episode serves the next epoch: plan/episode_cache.py):
-decoders, the frames kept of a window, depth and the loader's camera specs then all speak canonical keys. Values a member has are passed through untouched except
-for the zero-padding at the end of a 1-D feature (and the normalisation, when asked for). A missing camera is a
+decoders, the frames kept of a window, depth and the loader's camera specs then all speak canonical keys. Values a
+member has are passed through untouched except for the zero-padding at the end of a 1-D feature (and the
+normalisation, when asked for). A missing camera is a
 request for the black frame of a blank clip (blank.py), so it decodes to zeros on either path.
 """
 
