@@ -130,6 +130,6 @@ def test_a_mixture_with_renamed_cameras_and_a_repeating_member(tmp_path_factory,
     assert len(got) == len(want) == len(EPOCHS) * 15
     assert_same_batches(got, want)
     assert "observation.images.top" in got[0] and kept.stats()["episodes_kept"] > 0
-    # the renamed clips were copies: the kept episodes' own clips still carry the member's camera names
+    # the renamed clips were copies: the kept episodes' own clips still hold the member's camera names
     episodes = list(kept.members[1].episode_cache._episodes.values())
     assert episodes and all(c.camera == cam == front for ep in episodes for cam, c in ep.clips.items())
