@@ -22,6 +22,9 @@ from roboreel.validate.report import Report
 
 _KEYS = ["episode_index", "index", "frame_index"]
 TIMESTAMP_TOLERANCE_S = v3.TIMESTAMP_TOLERANCE_S
+# Not LeRobot's layout since its PR #3807, but what 0.6.1's own delete_episodes (dataset_tools) still writes
+_MULTI_HINT = ("compile accepts it; one row group per episode: lerobot.datasets.io_utils."
+               "write_table_one_row_group_per_episode")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Segment:
     @property
     def place(self) -> str:
         return f"{self.file} row group {self.row_group}"
+
 
 
 def expected_timestamps(frame_index: np.ndarray, fps: int) -> np.ndarray:
@@ -94,7 +98,7 @@ def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
                 found = _segments(rel, rg, table, info.fps)
                 check_image_rowgroup(pf, rg, info, report, file=rel, episodes=sorted(found))
                 if len(found) > 1:
-                    report.error("rowgroup-multi-episode", f"row group holds {len(found)} episodes",
+                    report.error("rowgroup-multi-episode", f"row group holds {len(found)} episodes ({_MULTI_HINT})",
                                  file=rel, row_group=rg, episodes=list(found))
                 for ep, seg in found.items():
                     segments[ep].append(seg)
