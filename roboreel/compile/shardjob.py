@@ -154,7 +154,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
             if all_reused:
                 reused.append(ep.index)
             if job.settings.transforms:  # stats of what was kept (stats.py): rows here, cameras from the clips
-                stats[str(ep.index)] = {**stats_json(rows_stats(rows, source.info.features)),
+                stats[str(ep.index)] = {**stats_json(rows_stats(rows, source.info.features, source.fps // step)),
                                         **{cam: c.pop("stats") for cam, c in clips_info[str(ep.index)].items()}}
             members = writer.add(record)
             entries.append(EpisodeEntry(

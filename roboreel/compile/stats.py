@@ -5,8 +5,8 @@ A port of ``lerobot.datasets.compute_stats`` (Apache-2.0; lerobot 0.6.1: ``Runni
 them: per episode, every non-string feature gets min / max / mean / std / count and the q01..q99 quantiles
 (histogram-estimated, 5000 bins); camera features are computed per channel over ``sample_indices(length)`` frames
 subsampled to about 150 px (``auto_downsample_height_width``) and divided by 255 (depth maps are not); the
-dataset's stats.json aggregates the episodes' stats weighted by count (quantiles by a count-weighted mean, as
-LeRobot does). Tabular stats come from the kept rows, camera stats from the frames handed to the encoder (the
+dataset's stats.json aggregates the episodes' stats weighted by count (quantiles by a count-weighted mean), one
+episode at a time as LeRobot's recorder does (``dataset_stats``). Tabular stats come from the kept rows, camera stats from the frames handed to the encoder (the
 resized source frames, as LeRobot's recorder computes them from the frames it writes, before encoding).
 """
 
@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
+
+from roboreel.formats.columns import numeric_array
 
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 _QKEYS = [f"q{int(q * 100):02d}" for q in QUANTILES]
@@ -128,20 +129,22 @@ def aggregate(stats: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return out
 
 
-def rows_stats(rows: Any, features: dict[str, dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
-    """Episode stats of every tabular (non-string, non-camera) feature present in ``rows`` (a pyarrow table)."""
+def rows_stats(rows: Any, features: dict[str, dict[str, Any]], fps: int | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """Episode stats of every tabular (non-string, non-camera) feature present in ``rows`` (a pyarrow table),
+    from the values LeRobot's recorder held: each feature in its stored dtype and shape (formats/columns.py), and
+    ``timestamp`` as the float64 ``frame_index / fps`` its recorder computes (``add_frame``) when the stored
+    float32 timestamps are those (``fps`` given), not their float32 rounding."""
     out = {}
     for key, ft in features.items():
         if ft.get("dtype") in ("string", "language", "image", "video") or key not in rows.column_names:
             continue
-        col = rows.column(key).combine_chunks()
-        if pa.types.is_list(col.type) or pa.types.is_fixed_size_list(col.type) or pa.types.is_large_list(col.type):
-            values = col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), -1)  # keeps float32
-            shape = tuple(ft.get("shape") or ())
-            if shape and int(np.prod(shape)) == values.shape[1]:
-                values = values.reshape(len(col), *shape)
-        else:
-            values = col.to_numpy(zero_copy_only=False)
+        values = numeric_array(rows.column(key))
+        if values is None:
+            raise ValueError(f"feature {key!r} is {rows.column(key).type}: not numbers of one shape, no stats")
+        if key == "timestamp" and fps and "frame_index" in rows.column_names:
+            recorded = rows.column("frame_index").to_numpy() / fps
+            if np.array_equal(recorded.astype(values.dtype), values):
+                values = recorded
         out[key] = vector_stats(values)
     return out
 
@@ -154,28 +157,38 @@ def from_json(stats: dict[str, dict[str, list]]) -> dict[str, dict[str, np.ndarr
     return {k: {s: np.asarray(v) for s, v in d.items()} for k, d in stats.items()}
 
 
-def stats_dtype(feature: dict[str, Any], stat: str) -> type:
+def stats_dtype(feature: dict[str, Any], stat: str, key: str | None = None) -> type:
     """The dtype LeRobot's episode stat of a feature has in memory (what ``aggregate_stats`` then computes in):
-    quantiles float64 (interpolated on float64 bin edges); min/max/mean/std float32 for float32 columns and for
-    cameras (uint8 promoted to float32, divided by 255), float64 otherwise (int64 promoted); count int64. json
-    keeps the values exactly; this restores the dtype so aggregation rounds alike."""
+    quantiles float64 (interpolated on float64 bin edges); min/max/mean/std in the dtype its recorder's values
+    were promoted to (``np.result_type(dtype, float32)``: float32 for float32, float16, bool and integers up to 16
+    bits, and for cameras, uint8 divided by 255; float64 for float64 and wider integers), ``timestamp`` float64 (a
+    Python float per frame, rows_stats); count int64. json keeps the values exactly; this restores the dtype so
+    aggregation rounds alike."""
     if stat == "count":
         return np.int64
-    if stat in _QKEYS:
+    if stat in _QKEYS or key == "timestamp":
         return np.float64
-    return np.float32 if feature.get("dtype") in ("float32", "video", "image") else np.float64
+    dtype = feature.get("dtype")
+    if dtype in ("video", "image"):
+        return np.float32
+    try:
+        return np.result_type(np.dtype(dtype), np.float32).type
+    except TypeError:
+        return np.float64
 
 
 def dataset_stats(episodes: dict[int, dict[str, dict[str, list]]],
                   features: dict[str, dict[str, Any]]) -> dict[str, dict[str, list]]:
-    """stats.json from the episodes' stats (json form, by episode index): each feature aggregated over the
-    episodes that have it, in episode order (LeRobot's ``aggregate_stats``)."""
-    per_feature: dict[str, list[dict[str, np.ndarray]]] = {}
+    """stats.json from the episodes' stats (json form, by episode index) as LeRobot's recorder makes it: episode
+    by episode, in episode order, each saved episode folded into the stats so far (``save_episode``:
+    ``aggregate_stats([stats, episode_stats])``; the first episode's stats as they are). Aggregating all the
+    episodes at once rounds differently in the last bits."""
+    per_feature: dict[str, dict[str, np.ndarray]] = {}
     for ep in sorted(episodes):
         for key, st in from_json(episodes[ep]).items():
-            st = {k: v.astype(stats_dtype(features.get(key, {}), k)) for k, v in st.items()}
-            per_feature.setdefault(key, []).append(st)
-    return to_json({key: aggregate(sts) for key, sts in sorted(per_feature.items())})
+            st = {k: v.astype(stats_dtype(features.get(key, {}), k, key)) for k, v in st.items()}
+            per_feature[key] = aggregate([per_feature[key], st]) if key in per_feature else st
+    return to_json(dict(sorted(per_feature.items())))
 
 
 def episode_columns(order: list[int], episodes: dict[int, dict[str, dict[str, list]]]) -> dict[str, list]:

@@ -9,9 +9,11 @@ are ``torch.tensor`` of the Python values: float32, int64 or bool, in the featur
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from torch.utils.data import default_collate
@@ -65,20 +67,26 @@ def _frame(i: int) -> dict[str, np.ndarray]:
             "obs.b1": np.array([i % 2 == 1])}
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("lerobot-dtypes")
-    src, out = root / "src", root / "compiled"
-    ds = LeRobotDataset.create(REPO, fps=10, root=src, features=FEATURES, use_videos=True,
+def _record(root: Path, repo: str, fps: int, step: int = 1) -> None:
+    """LeRobot records the dataset at ``fps``, keeping frames 0, step, 2 * step, ... of each episode."""
+    ds = LeRobotDataset.create(repo, fps=fps, root=root, features=FEATURES, use_videos=True,
                                data_files_size_in_mb=0.002,
                                rgb_encoder=RGBEncoderConfig(vcodec="h264", g=2, crf=18))  # keeps the pixel codes
     index = 0
     for ep, n in enumerate(LENGTHS):
         for k in range(n):
-            ds.add_frame({CAM: render_frame(index, ep, 0, k, 48, 64), **_frame(index), "task": f"task {ep % 2}"})
+            if k % step == 0:
+                ds.add_frame({CAM: render_frame(index, ep, 0, k, 48, 64), **_frame(index), "task": f"task {ep % 2}"})
             index += 1
         ds.save_episode()
     ds.finalize()
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("lerobot-dtypes")
+    src, out = root / "src", root / "compiled"
+    _record(src, REPO, fps=10)
     settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2)
     compile_dataset(str(src), str(out), settings=settings, workers=1)
     return src, out
@@ -129,3 +137,25 @@ def test_batches_equal_lerobot_collated(pair, num_workers):
                     assert g == w, (key, idx)
             seen += idx
         assert sorted(seen) == list(range(len(theirs)))
+
+
+def test_fps_compile_stats_are_what_lerobot_records_at_that_fps(pair, tmp_path):
+    """``--fps 5`` of the 10 fps dataset against LeRobot recording the frames it keeps at 5 fps: the tabular stats
+    (meta/stats.json and each episode's), every dtype and shape, equal exactly. Camera stats are left out: LeRobot
+    computes them from the frames it is given, roboreel from the source's decoded frames."""
+    src, _ = pair
+    out, ref = tmp_path / "out5", tmp_path / "ref5"
+    compile_dataset(str(src), str(out), settings=CompileSettings.for_tests().replace(fps=5), workers=1)
+    _record(ref, "local/dtypes5", fps=5, step=2)
+    tabular = [k for k, f in json.loads((ref / "meta/info.json").read_text())["features"].items()
+               if f["dtype"] not in ("video", "string")]
+    assert {"timestamp", "action", "obs.cube", "obs.u8"} <= set(tabular)
+    mine, want = (json.loads((d / "meta/stats.json").read_text()) for d in (out, ref))
+    for key in tabular:
+        assert mine[key] == want[key], key
+    mine_eps, want_eps = (pq.read_table(sorted((d / "meta/episodes").rglob("*.parquet"))[0]).to_pylist()
+                          for d in (out, ref))
+    assert len(mine_eps) == len(want_eps) == len(LENGTHS)
+    for got, exp in zip(mine_eps, want_eps, strict=True):
+        names = [c for c in exp if c.startswith("stats/") and c.split("/")[1] in tabular]
+        assert names and {n: got[n] for n in names} == {n: exp[n] for n in names}, got["episode_index"]

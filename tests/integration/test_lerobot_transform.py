@@ -93,11 +93,11 @@ def test_stats_are_lerobots_compute_stats_of_what_was_kept(pair):
     for e, meta in enumerate(eps):
         start = lr.meta.episodes[e]["dataset_from_index"]
         rows = table[start:start + lr.meta.episodes[e]["length"]:STEP]
-        data = {k: np.asarray(rows[k], dtype=np.float32 if v["dtype"] == "float32" else None)
+        data = {k: np.asarray(rows[k], dtype=v["dtype"])  # the recorder's buffer: each feature's own dtype
                 for k, v in features.items() if v["dtype"] not in ("string", "language")}
         n = len(rows["index"])
-        j = np.arange(n)  # renumbered on the new grid, as the compile writes them
-        data |= {"index": meta["dataset_from_index"] + j, "frame_index": j, "timestamp": (j / 10).astype(np.float32)}
+        j = np.arange(n)  # renumbered on the new grid, as the compile writes them; timestamps as the recorder
+        data |= {"index": meta["dataset_from_index"] + j, "frame_index": j, "timestamp": j / 10}  # computes them
         want = compute_episode_stats(data, {k: features[k] for k in data})
         frames = [lr_uint8[start + i * STEP][CAM] for i in sample_indices(n)]  # LeRobot's decode, kept frames
         imgs = np.stack([auto_downsample_height_width(tvf.resize(f, [128, 128], antialias=True).numpy())
@@ -114,7 +114,9 @@ def test_stats_are_lerobots_compute_stats_of_what_was_kept(pair):
                 else:
                     assert mine.shape == value.shape and np.array_equal(mine, value), (e, key, name)
     print("camera stats, largest |roboreel - LeRobot| per stat:", {k: round(v, 4) for k, v in DIFFS.items()})
-    agg = aggregate_stats(want_eps)
+    agg = want_eps[0]  # as LeRobot's recorder aggregates: episode by episode (dataset_metadata.save_episode)
+    for ep_stats in want_eps[1:]:
+        agg = aggregate_stats([agg, ep_stats])
     stats = json.loads((out / "meta/stats.json").read_text())
     for key, st in agg.items():
         for name, value in st.items():
