@@ -49,6 +49,8 @@ def _check_against_reference(pair, samples, ds):
         assert s["dataset_index"].dtype == torch.int64 and s["dataset_index"].ndim == 0
         want = refs[k].__getitems__([refs[k].position(int(s["index"]))])[0]
         assert names[int(s["task_index"])] == s["task"] == want["task"]
+        assert isinstance(s["task_index"], torch.Tensor) and s["task_index"].dtype == torch.int64  # as LeRobot's
+        assert s["task_index"].ndim == 0
         got = {key: v for key, v in s.items() if key not in ("dataset_index", "task_index")}
         assert_same_sample(got, {key: v for key, v in want.items() if key != "task_index"}, CAMERAS)
         assert codes(s["observation.images.wrist"])[0][:2] == (int(s["index"]), int(s["episode_index"]))

@@ -362,7 +362,7 @@ class MixtureDataset(EpochState, IterableDataset):
             v = p.sample_values()
             ti = v.get("task_index")
             if isinstance(ti, np.ndarray):
-                v["task_index"] = self.task_remaps[k][ti].astype(ti.dtype)
+                v["task_index"] = np.asarray(self.task_remaps[k][ti], dtype=ti.dtype)  # 0-d stays an array
             v["dataset_index"] = np.array(k, dtype=np.int64)
             yield p
 
