@@ -20,9 +20,10 @@ from roboreel.bench.reference import ReferenceDataset
 from roboreel.compile import CompileSettings, compile_dataset
 from roboreel.compile.clips import CLIPS_DIR
 from roboreel.compile.transcode import check_clip_timing, encode_clip
-from roboreel.formats.errors import CompiledFormatError
+from roboreel.formats.errors import CompiledFormatError, RoboreelError
 from roboreel.reader import CompiledDataset
 from roboreel.synth import SynthConfig, synthesize
+from roboreel.synth.content import render_frame
 from roboreel.validate import validate
 
 CAM = "observation.images.top"
@@ -123,11 +124,13 @@ def test_floor_lowers_the_crf_then_goes_lossless(tmp_path):
     assert all(torch.equal(s[CAM], ref[i][CAM]) for i, s in enumerate(ds))
 
 
-def test_floor_measures_what_the_reader_returns(tmp_path):
+@pytest.mark.parametrize("codec,pix_fmt", [("libsvtav1", "yuv420p"), ("libx264", "yuv444p")])
+def test_floor_measures_what_the_reader_returns(tmp_path, codec, pix_fmt):
     """The floor's lowest frame per clip (checked as x265 emits it, every frame) is the lowest frame the reader
     returns for that episode, measured independently: CompiledDataset against the reference reader's decode of
-    the source, in RGB."""
-    src = _source(tmp_path / "src", height=120, width=160, episodes=4)
+    the source, in RGB. Also for a 4:4:4 source, whose chroma lost in 4:2:0 counts too."""
+    src = _source(tmp_path / "src", height=120, width=160, episodes=4, codec=codec, pix_fmt=pix_fmt,
+                  **({} if codec == "libsvtav1" else {"crf": 16}))
     out = tmp_path / "out"
     compile_dataset(str(src), str(out), settings=CompileSettings(episodes_per_shard=2, crf=28), workers=1)
     floor = {}
@@ -170,3 +173,23 @@ def test_reencode_reasons_count_each_reason_once_with_its_numbers():
     floor = "CRF {} (not 24) to keep every checked frame >= 40 dB"
     whys = [codec] * 4 + [f"{codec}; {floor.format(22)}"] * 3 + [f"{codec}; {floor.format(20)}"]
     assert group_reasons(whys) == {codec: 8, floor.format("20-22"): 4}
+
+
+def test_a_444_source_whose_colour_a_420_clip_cannot_hold_fails_loudly(tmp_path, monkeypatch):
+    """One-pixel red / blue columns in a yuv444p source: no 8-bit 4:2:0 clip holds them (x265 lossless included),
+    so compile stops naming the pixel format, the file and the episode, and writes no output."""
+    import roboreel.synth.generate as generate
+
+    def striped(*args):
+        frame = render_frame(*args)
+        frame[frame.shape[0] // 2:, 0::2] = (255, 0, 0)
+        frame[frame.shape[0] // 2:, 1::2] = (0, 0, 255)
+        return frame
+
+    monkeypatch.setattr(generate, "render_frame", striped)
+    src = _source(tmp_path / "src", episodes=1, min_length=4, max_length=4, codec="libx264", pix_fmt="yuv444p",
+                  crf=0)
+    with pytest.raises(RoboreelError, match=r"source pixel format yuv444p does not fit an 8-bit 4:2:0 HEVC clip"
+                                            r".*episode 0\); --min-psnr \d+ accepts that loss"):
+        compile_dataset(str(src), str(tmp_path / "out"), settings=CompileSettings.for_tests(), workers=1)
+    assert not (tmp_path / "out" / "roboreel.json").exists()

@@ -78,3 +78,15 @@ class InFlightCheck:
             if reference is not None:
                 self.scores[n] = score = psnr(reference, to_rgb24(frame, "floor-decoded"))
                 self.worst = min(self.worst, score)
+
+
+def floor_reference(source: av.VideoFrame, encoded: av.VideoFrame) -> np.ndarray:
+    """The rgb24 a re-encoded frame must come back as: the source frame's own RGB when an 8-bit source only
+    changes pixel format on the way into x265 (a 4:4:4 or 4:2:2 source's chroma lost in 4:2:0 counts against the
+    floor, as it counts in what a reader sees), the encoder input's otherwise: a resize (``--resize``) is the loss
+    asked for, and a deeper source's RGB depends on how it is dithered to 8 bits (PyAV's conversion of a 10-bit
+    frame and torchcodec's differ by ~2 dB), so its documented 10 -> 8 bit conversion is the reference."""
+    same = (source.height, source.width) == (encoded.height, encoded.width)
+    if same and all(c.bits == 8 for c in source.format.components):
+        return InFlightCheck.rgb(source)
+    return InFlightCheck.rgb(encoded)

@@ -29,7 +29,7 @@ from fractions import Fraction
 import av
 import numpy as np
 
-from roboreel.compile.floorcheck import InFlightCheck, next_crf
+from roboreel.compile.floorcheck import InFlightCheck, floor_reference, next_crf
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.stats import downsample
 from roboreel.formats.errors import RoboreelError
@@ -218,8 +218,8 @@ def encode_segmented(
                 height, width = size or (frame.height, frame.width)
                 enc = SegmentedEncode(settings=settings, fps=fps, height=height, width=width,
                                       mux_options=mux_options)
-            frame = to_input(frame, enc.height, enc.width, method)
-            reference = enc.check.rgb(frame)
+            source, frame = frame, to_input(frame, enc.height, enc.width, method)
+            reference = floor_reference(source, frame)
             if n in for_stats:
                 rgb.append(downsample(reference.transpose(2, 0, 1)))
             enc.feed(n, frame, reference)

@@ -40,7 +40,14 @@ import numpy as np
 
 from roboreel.compile.copypolicy import codec_refusal, gop_refusal
 from roboreel.compile.decode import SourceVideo, SpanPackets
-from roboreel.compile.floorcheck import CRF_RANGE, BelowFloor, InFlightCheck, next_crf, psnr  # noqa: F401  (re-exported)
+from roboreel.compile.floorcheck import (  # noqa: F401  (psnr re-exported)
+    CRF_RANGE,
+    BelowFloor,
+    InFlightCheck,
+    floor_reference,
+    next_crf,
+    psnr,
+)
 from roboreel.compile.overlap import read_ahead
 from roboreel.compile.resample import kept_length
 from roboreel.compile.resize import FILTER, resize_frame
@@ -194,8 +201,8 @@ def encode_clip(
                 stream.options = {"preset": settings.preset, "x265-params": params,
                                   **({} if lossless else {"crf": str(settings.crf)})}
                 check = InFlightCheck(stream.codec_context)
-            frame = encoder_input(frame, stream.height, stream.width, method)
-            reference = check.rgb(frame) if every or n in want or n in for_stats else None
+            source, frame = frame, encoder_input(frame, stream.height, stream.width, method)
+            reference = floor_reference(source, frame) if every or n in want or n in for_stats else None
             check.put(n, reference if every or n in want else None)
             if n in for_stats:
                 rgb.append(downsample(reference.transpose(2, 0, 1)))
@@ -322,6 +329,14 @@ def encode_with_floor(
         crf = next_crf(settings, crf, clip.psnr_min)
     if clip is None:  # cannot happen: the last try is lossless, never given up
         raise RoboreelError(f"no encode of the span finished ({where}, episode {episode})")
+    fmt = video.ctx.format
+    if fmt is not None and fmt.name not in ("yuv420p", "yuvj420p") and size is None \
+            and all(c.bits == 8 for c in fmt.components):  # measured against the source's RGB (floor_reference)
+        raise RoboreelError(
+            f"source pixel format {fmt.name} does not fit an 8-bit 4:2:0 HEVC clip: even x265 lossless reads back at "
+            f"{clip.psnr_min:.2f} dB PSNR against the source decode, under the {settings.min_psnr:g} dB floor "
+            f"({where}, episode {episode}); --min-psnr {math.floor(clip.psnr_min)} accepts that loss"
+        )
     raise RoboreelError(
         f"the x265 lossless encode reads back at {clip.psnr_min:.2f} dB PSNR, not equal to its input ({where}, "
         f"episode {episode})"
