@@ -19,6 +19,7 @@ from support.datasets import codes
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.compile import CompileSettings, compile_dataset
 from roboreel.compile.clips import CLIPS_DIR
+from roboreel.compile.copypolicy import leading_frame
 from roboreel.compile.transcode import check_clip_timing, encode_clip
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 from roboreel.reader import CompiledDataset
@@ -193,3 +194,27 @@ def test_a_444_source_whose_colour_a_420_clip_cannot_hold_fails_loudly(tmp_path,
                                             r".*episode 0\); --min-psnr \d+ accepts that loss"):
         compile_dataset(str(src), str(tmp_path / "out"), settings=CompileSettings.for_tests(), workers=1)
     assert not (tmp_path / "out" / "roboreel.json").exists()
+
+
+def test_open_gop_hevc_is_reencoded_and_reads_at_random_positions(tmp_path):
+    """x265's default open GOPs (LeRobot's vcodec="hevc") put frames shown before a keyframe after it in decode
+    order; a copy of them read at random positions returned other frames. They are re-encoded, saying why, and
+    every windowed sample of a shuffled epoch holds its own frames."""
+    src = _source(tmp_path / "src", codec="libx265", g=12, crf=18, open_gop=True, min_length=20, max_length=30)
+    with av.open(str(next((src / "videos").rglob("*.mp4")))) as c:
+        packets = [p for p in c.demux(c.streams.video[0]) if p.size]
+    assert leading_frame(packets) is not None  # the source really has open GOPs
+    out = tmp_path / "out"
+    report = compile_dataset(str(src), str(out), settings=CompileSettings.for_tests(), workers=1)
+    assert (report.clips_remuxed, report.clips_encoded) == (0, 3)
+    whys = [d["why"] for d in _clip_docs(out)]  # later episodes' spans also hold the previous one's leading frames
+    assert any("source GOPs are open" in w for w in whys), whys
+    assert all("GOPs are open" in w or "not a closed run of packets" in w for w in whys), whys
+    ds = CompiledDataset(str(out), shuffle=True, seed=1, delta_timestamps={CAM: [-0.2, -0.1, 0.0]})
+    n = 0
+    for s in ds:
+        got = [c[0] for c in codes(s[CAM])]
+        i, start = int(s["index"]), int(s["index"]) - int(s["frame_index"])
+        assert got == [max(start, i - 2), max(start, i - 1), i], (i, got)
+        n += 1
+    assert n == ds.num_frames

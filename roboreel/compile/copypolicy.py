@@ -6,7 +6,8 @@ re-encoded), the pixel format roboreel's RGB path carries (``yuv420p``; 10/12-bi
 4:2:2/4:4:4 sources are re-encoded to 8-bit 4:2:0, which is what torchcodec hands a trainer anyway), and keyframes
 close enough that a random frame costs few extra decodes (``CompileSettings.remux_max_gop``, 32: LeRobot writes
 g=2, phones and recorders 30-250; a 240-frame-GOP H.264 copy was measured reading 1.8-2x slower through
-``roboreel.loader`` than its re-encode, docs/format.md). Depth clips follow their own rule (depth.py).
+``roboreel.loader`` than its re-encode, docs/format.md), in closed GOPs (x265's default open GOP puts frames
+shown before a keyframe after it: a seek there cannot decode them). Depth clips follow their own rule (depth.py).
 
 Every refusal is a sentence that lands in the clip's json (``why``), so ``roboreel compile`` can say per clip what
 it did and why.
@@ -44,9 +45,26 @@ def codec_refusal(codec: str, pix_fmt: str | None, settings: CompileSettings) ->
     return None
 
 
+def leading_frame(packets: list[av.Packet]) -> int | None:
+    """The decode position of the first frame decoded after a keyframe but shown before it (an open GOP: x265's
+    default, HEVC's CRA with leading pictures), or None when every GOP is closed. A reader seeking to such a
+    keyframe cannot decode the frames before it, so random access lands on other frames."""
+    key = None
+    for i, p in enumerate(packets):  # decode order
+        if p.pts is None:
+            continue
+        if p.is_keyframe:
+            key = p.pts
+        elif key is not None and p.pts < key:
+            return i
+    return None
+
+
 def gop_refusal(packets: list[av.Packet], settings: CompileSettings) -> str | None:
-    """Why a closed span cannot be copied for its keyframe spacing (None: it can)."""
+    """Why a closed span cannot be copied for its keyframe spacing or open GOPs (None: it can)."""
     gop = span_gop(packets)
     if gop > settings.remux_max_gop:
         return f"source GOP of {gop} frames > remux_max_gop {settings.remux_max_gop}"
+    if (i := leading_frame(packets)) is not None:
+        return f"source GOPs are open (packet {i} decodes after a keyframe it is shown before): no random access"
     return None

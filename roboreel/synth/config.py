@@ -42,6 +42,7 @@ class SynthConfig:
     row_groups: str = "episode"  # "episode": one per episode (LeRobot >= #3807); "file": one per file (older)
     robot_type: str = "synth"
     pix_fmt: str = "yuv420p"  # RGB cameras' pixel format, e.g. "yuv420p10le" for a 10-bit source (x265/x264)
+    open_gop: bool = False  # libx265 only: x265's default open GOPs (LeRobot's vcodec="hevc"), not closed ones
     depth_cameras: tuple[str, ...] = ()  # depth cameras written as LeRobot writes them (synth/depth.py)
     depth_unit: str = "mm"  # what the depth cameras record: "mm" (uint16) or "m" (float32)
     # False: cameras are image features, PNGs embedded in the data parquet (LeRobot's use_videos=False)

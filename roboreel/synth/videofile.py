@@ -59,7 +59,7 @@ class VideoFileWriter:
         if self.cfg.codec == "libx264":
             opts["forced-idr"] = "1"
         if self.cfg.codec == "libx265":
-            opts["x265-params"] = "log-level=error:open-gop=0"
+            opts["x265-params"] = f"log-level=error:open-gop={int(self.cfg.open_gop)}"
             stream.codec_tag = "hvc1"
         stream.options = opts
         self.stream, self.n = stream, 0
