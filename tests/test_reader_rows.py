@@ -2,7 +2,8 @@
 each row, LeRobot's ``hf_transform_to_torch``, for every numeric type and shape LeRobot's writer stores.
 
 The expected values here are that rule itself (``torch.tensor(column.to_pylist()[row])``), row by row; the same
-columns written by the real LeRobot and read back against ``LeRobotDataset``: tests/integration/test_lerobot_dtypes.py.
+columns written by the real LeRobot and read back against ``LeRobotDataset``:
+tests/integration/test_lerobot_dtypes.py.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ them: per episode, every non-string feature gets min / max / mean / std / count 
 (histogram-estimated, 5000 bins); camera features are computed per channel over ``sample_indices(length)`` frames
 subsampled to about 150 px (``auto_downsample_height_width``) and divided by 255 (depth maps are not); the
 dataset's stats.json aggregates the episodes' stats weighted by count (quantiles by a count-weighted mean), one
-episode at a time as LeRobot's recorder does (``dataset_stats``). Tabular stats come from the kept rows, camera stats from the frames handed to the encoder (the
-resized source frames, as LeRobot's recorder computes them from the frames it writes, before encoding).
+episode at a time as LeRobot's recorder does (``dataset_stats``). Tabular stats come from the kept rows, camera
+stats from the frames handed to the encoder (the resized source frames, as LeRobot's recorder computes them from
+the frames it writes, before encoding).
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def aggregate(stats: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return out
 
 
-def rows_stats(rows: Any, features: dict[str, dict[str, Any]], fps: int | None = None) -> dict[str, dict[str, np.ndarray]]:
+def rows_stats(rows: Any, features: dict[str, dict[str, Any]],
+               fps: int | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Episode stats of every tabular (non-string, non-camera) feature present in ``rows`` (a pyarrow table),
     from the values LeRobot's recorder held: each feature in its stored dtype and shape (formats/columns.py), and
     ``timestamp`` as the float64 ``frame_index / fps`` its recorder computes (``add_frame``) when the stored
