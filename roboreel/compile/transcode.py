@@ -40,13 +40,14 @@ import numpy as np
 
 from roboreel.compile.copypolicy import codec_refusal, gop_refusal
 from roboreel.compile.decode import SourceVideo, SpanPackets
-from roboreel.compile.floorcheck import (  # noqa: F401  (psnr re-exported)
+from roboreel.compile.floorcheck import (  # noqa: F401  (re-exported)
     CRF_RANGE,
     BelowFloor,
     InFlightCheck,
     floor_reference,
     next_crf,
     psnr,
+    unheld_colour,
 )
 from roboreel.compile.overlap import read_ahead
 from roboreel.compile.resample import kept_length
@@ -329,14 +330,9 @@ def encode_with_floor(
         crf = next_crf(settings, crf, clip.psnr_min)
     if clip is None:  # cannot happen: the last try is lossless, never given up
         raise RoboreelError(f"no encode of the span finished ({where}, episode {episode})")
-    fmt = video.ctx.format
-    if fmt is not None and fmt.name not in ("yuv420p", "yuvj420p") and size is None \
-            and all(c.bits == 8 for c in fmt.components):  # measured against the source's RGB (floor_reference)
-        raise RoboreelError(
-            f"source pixel format {fmt.name} does not fit an 8-bit 4:2:0 HEVC clip: even x265 lossless reads back at "
-            f"{clip.psnr_min:.2f} dB PSNR against the source decode, under the {settings.min_psnr:g} dB floor "
-            f"({where}, episode {episode}); --min-psnr {math.floor(clip.psnr_min)} accepts that loss"
-        )
+    if size is None and (unheld := unheld_colour(video.ctx.format, clip.psnr_min, settings.min_psnr)):
+        raise RoboreelError(f"{unheld} ({where}, episode {episode}); --min-psnr {math.floor(clip.psnr_min)} "
+                            "accepts that loss")
     raise RoboreelError(
         f"the x265 lossless encode reads back at {clip.psnr_min:.2f} dB PSNR, not equal to its input ({where}, "
         f"episode {episode})"
