@@ -87,16 +87,18 @@ def floor_reference(source: av.VideoFrame, encoded: av.VideoFrame) -> np.ndarray
     asked for, and a deeper source's RGB depends on how it is dithered to 8 bits (PyAV's conversion of a 10-bit
     frame and torchcodec's differ by ~2 dB), so its documented 10 -> 8 bit conversion is the reference."""
     same = (source.height, source.width) == (encoded.height, encoded.width)
-    if same and all(c.bits == 8 for c in source.format.components):
-        return InFlightCheck.rgb(source)
-    return InFlightCheck.rgb(encoded)
+    return InFlightCheck.rgb(source if same and _eight_bit(source.format) else encoded)
+
+
+def _eight_bit(fmt: av.VideoFormat) -> bool:
+    """Whether every component of ``fmt`` has 8 bits: sources whose own RGB the floor measures against."""
+    return all(c.bits == 8 for c in fmt.components)
 
 
 def unheld_colour(source_format: av.VideoFormat | None, psnr_min: float, min_psnr: float) -> str | None:
     """Why x265 lossless still fell under the floor, when the reason is the source's 8-bit 4:4:4 / 4:2:2 colour,
     measured against its own RGB (``floor_reference``), that no 4:2:0 clip holds; None otherwise."""
-    if source_format is None or source_format.name in ("yuv420p", "yuvj420p") \
-            or any(c.bits != 8 for c in source_format.components):
+    if source_format is None or source_format.name in ("yuv420p", "yuvj420p") or not _eight_bit(source_format):
         return None
     return (f"source pixel format {source_format.name} does not fit an 8-bit 4:2:0 HEVC clip: even x265 lossless "
             f"reads back at {psnr_min:.2f} dB PSNR against the source decode, under the {min_psnr:g} dB floor")

@@ -45,7 +45,6 @@ class Segment:
         return f"{self.file} row group {self.row_group}"
 
 
-
 def expected_timestamps(frame_index: np.ndarray, fps: int) -> np.ndarray:
     """frame_index / fps as LeRobot's writer stores it (float32), in float64 for comparisons."""
     return (frame_index / fps).astype(np.float32).astype(np.float64)
