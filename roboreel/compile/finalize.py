@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from roboreel._version import __version__
 from roboreel.compile.imageclips import RGB8_CLIP_FORMATS, clip_keys
 from roboreel.compile.outdir import LOCK_NAME, SNAPSHOT_DIR, read_lock, snapshot_source
+from roboreel.compile.outlock import FINALIZE_LOCK, out_lock
 from roboreel.compile.pack import atomic_write, remove_stale_temps
 from roboreel.compile.plan import camera_hw
 from roboreel.compile.resample import frame_step, kept_length
@@ -204,11 +205,19 @@ def _episodes_table(snapshot, lock: dict, ids: np.ndarray, shard_of: np.ndarray,
 
 
 def finalize(out: str) -> Manifest:
-    """Write meta/ and the manifest of a compile whose shards all exist (see module doc)."""
+    """Write meta/ and the manifest of a compile whose shards all exist (see module doc).
+
+    One finalize at a time (outlock.py): the ``--part`` jobs that finish last together all finalize, and each
+    removes the temps a killed finalize left, which would include the other's unfinished writes. Whoever waits
+    then rewrites the same bytes."""
     out = os.fspath(out)
-    lock = read_lock(out)
-    if lock is None:
+    if read_lock(out) is None:
         raise CompiledFormatError("no compile lock: not a roboreel compile output", file=out)
+    with out_lock(out, FINALIZE_LOCK, "finalizes"):
+        return _finalize(out, read_lock(out))
+
+
+def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
     settings = CompileSettings.from_dict(lock["settings"])
     snap = snapshot_source(out)
     info = snap.info

@@ -19,7 +19,6 @@ The protocol (docs/incremental.md), each step crash-safe, every decision a pure 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from typing import Any
 
 from roboreel.compile.clips import PARTS_DIR, remove_clips_dir
 from roboreel.compile.outdir import LOCK_NAME, lock_mismatch, read_lock
+from roboreel.compile.outlock import TRANSITION_LOCK, out_lock
 from roboreel.compile.pack import atomic_write
 from roboreel.compile.shardjob import read_sidecar, sidecar_path
 from roboreel.formats.index import INDEX_DIR
@@ -37,7 +37,6 @@ from roboreel.formats.shard import SHARD_DIR, clip_member
 log = logging.getLogger(__name__)
 
 UPDATE_NAME = f"{PARTS_DIR}/update.json"
-TRANSITION_LOCK = f"{PARTS_DIR}/update.lock"
 BLOCK = 512  # USTAR: a member is a 512-byte header, then its data padded to 512
 
 
@@ -119,21 +118,9 @@ def transition_lock(out: str) -> Iterator[None]:
     """Held while a run decides on and makes an update's transition (steps 1-2): the ``--part`` jobs of one update
     (a SLURM array) start together, and a second job making the transition again would remove the clips the
     first has started (``remove_clips_dir``). Whoever waits reads OUT's lock again inside, finds the new
-    generation, and resumes. A POSIX record lock: the kernel releases it when a job dies, and NFS honours it;
-    where a file system has none, the jobs go on unserialized, with a warning."""
-    path = os.path.join(out, TRANSITION_LOCK)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a+b") as f:
-        try:
-            fcntl.lockf(f, fcntl.LOCK_EX)
-        except OSError as e:
-            log.warning("%s: no file lock (%s): --part jobs of this update are not serialized", path, e)
-            yield
-            return
-        try:
-            yield
-        finally:
-            fcntl.lockf(f, fcntl.LOCK_UN)
+    generation, and resumes (outlock.py)."""
+    with out_lock(out, TRANSITION_LOCK, "update transitions"):
+        yield
 
 
 def begin_update(out: str, old: dict[str, Any], lock: dict[str, Any], state: dict[str, Any],
