@@ -4,11 +4,14 @@ The source fingerprint (meta/ bytes plus every file's name and size) misses a fi
 size; a compile resumed against it would pack old and new bytes into one OUT. Local files are hashed whole
 (sha256, a thread pool: hashlib releases the GIL, so hashing runs at disk speed); for remote files the store's
 own content hash is used when it has one (the Hugging Face Hub's LFS sha256, an S3 ETag), so a remote compile
-does not read the dataset twice. A file with neither is compared by size only, which the lock records.
+does not read the dataset twice; else its modification time (HTTP ``Last-Modified``, what a plain static server
+such as ``python -m http.server`` sends: size and time, as make and rsync compare files). A file with none of
+these is compared by size only, which the lock records, and compile says so once.
 """
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -17,12 +20,14 @@ from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.shard import file_sha256
 from roboreel.formats.transient import is_local
 
+log = logging.getLogger(__name__)
+
 
 def _store_hash(info: dict[str, Any]) -> str | None:
     lfs = info.get("lfs")
     if isinstance(lfs, dict) and (lfs.get("sha256") or lfs.get("oid")):
         return "sha256:" + str(lfs.get("sha256") or lfs.get("oid"))
-    for key in ("blob_id", "ETag", "etag", "md5Hash", "sha256"):
+    for key in ("blob_id", "ETag", "etag", "md5Hash", "sha256", "Last-Modified", "last-modified"):
         if info.get(key):
             return f"{key.lower()}:{str(info[key]).strip(chr(34))}"
     return None
@@ -44,7 +49,14 @@ def source_files(source: LeRobotSource, *, threads: int = 4) -> dict[str, dict[s
         return rel, {"size": int(info["size"]), "hash": digest}
 
     with ThreadPoolExecutor(max(1, min(threads, len(rels)))) as pool:
-        return dict(pool.map(one, rels))
+        files = dict(pool.map(one, rels))
+    blind = [rel for rel, f in files.items() if f["hash"] is None]
+    if blind:
+        log.warning("%d of %d source files (%s%s) come with no content hash or modification time (the server sends "
+                    "neither ETag nor Last-Modified): a resume or update of this OUT compares them by size only, "
+                    "so a file edited in place at the same size would go unnoticed", len(blind), len(files),
+                    blind[0], ", ..." if len(blind) > 1 else "")
+    return files
 
 
 def changed_files(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
