@@ -15,6 +15,8 @@ it did and why.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import av
 
 from roboreel.compile.settings import CompileSettings
@@ -57,6 +59,21 @@ def leading_frame(packets: list[av.Packet]) -> int | None:
             key = p.pts
         elif key is not None and p.pts < key:
             return i
+    return None
+
+
+GRID_EPS_S = 1e-6  # "on the grid": what float arithmetic on exact time bases leaves
+
+
+def grid_refusal(packets: list[av.Packet], time_base: Fraction, fps: int) -> str | None:
+    """Why a span's pts, counted from its first frame, are not k/fps (None: they are). A copy keeps the source's
+    pts; frames off the grid within LeRobot's tolerance (decode.py refuses the rest) would sit up to twice that
+    far from the clip's first frame, where a reader checking k/fps refuses them: re-encoding writes k/fps."""
+    pts = sorted(p.pts for p in packets if p.pts is not None)
+    for k, p in enumerate(pts):
+        off = float((p - pts[0]) * time_base) - k / fps
+        if abs(off) > GRID_EPS_S:
+            return f"source frame {k} is {off * 1e3:+.3f} ms off the fps grid"
     return None
 
 

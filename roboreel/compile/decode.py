@@ -2,8 +2,9 @@
 
 Frame selection follows LeRobot: a decoded frame at ``pts_s`` is episode frame ``round((pts_s - from_ts) * fps)``
 (float sums like 3.3 + 0.05 land just below a frame's pts, so "the frame shown at t" semantics would shift
-frames). Every frame 0..length-1 must appear exactly once and in order, or the span is refused with an error
-naming the file and episode: a clip never silently loses, repeats or shifts a frame.
+frames). Every frame 0..length-1 must appear exactly once and in order, within LeRobot's tolerance_s (1e-4 s) of
+``from_ts + k / fps``, or the span is refused with an error naming the file and episode: a clip never silently
+loses, repeats or shifts a frame, nor holds one LeRobotDataset refuses to read.
 
 Episodes of one mp4 are usually visited in file order, so a span that starts just after the last one read
 continues decoding without a seek; otherwise the reader seeks to the keyframe before the span.
@@ -25,6 +26,7 @@ import av
 
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
+from roboreel.formats.lerobot_v3_layout import TIMESTAMP_TOLERANCE_S
 from roboreel.formats.transient import describe
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,10 @@ class SourceVideo:
             self.container = av.open(target, "r")
             if not self.container.streams.video:
                 raise SourceError("mp4 has no video stream", file=rel, episode=episode)
+            if len(self.container.streams.video) > 1:  # which one LeRobot reads is torchcodec's FFmpeg's choice
+                raise SourceError(f"mp4 holds {len(self.container.streams.video)} video streams; a LeRobot camera "
+                                  "file holds one (rewrite it with only the camera's stream)", file=rel,
+                                  episode=episode)
         except SourceError:
             self.close()
             raise
@@ -188,6 +194,22 @@ class SourceVideo:
                 raise SourceError(
                     f"video {'repeats' if k < expected else 'skips'} frames: expected episode frame {expected} at "
                     f"{from_s + expected / self.fps:.6f}s, decoded frame {k} at {t:.6f}s",
+                    file=self.rel, episode=episode,
+                )
+            if expected == 0 and frame.rotation:
+                raise SourceError(
+                    f"the video carries a display rotation of {frame.rotation} degrees: LeRobot (torchcodec) returns "
+                    "its frames rotated, which a compiled clip does not carry; rewrite the video with the rotation "
+                    "applied to its pixels", file=self.rel, episode=episode,
+                )
+            off = t - (from_s + k / self.fps)
+            if abs(off) >= TIMESTAMP_TOLERANCE_S:
+                self._last_s = None
+                raise SourceError(
+                    f"episode frame {k} is at {t:.6f}s, {off * 1e3:+.3f} ms from its timestamp "
+                    f"{from_s + k / self.fps:.6f}s (from_timestamp + frame_index / fps): LeRobot reads a frame only "
+                    f"within tolerance_s={TIMESTAMP_TOLERANCE_S:g}s of it, so LeRobotDataset cannot read this "
+                    "sample; rewrite the video with frame k at from_timestamp + k/fps",
                     file=self.rel, episode=episode,
                 )
             self._last_s = t

@@ -28,7 +28,7 @@ from itertools import islice
 import av
 import numpy as np
 
-from roboreel.compile.copypolicy import gop_refusal
+from roboreel.compile.copypolicy import gop_refusal, grid_refusal
 from roboreel.compile.decode import SourceVideo, SpanPackets
 from roboreel.compile.overlap import read_ahead
 from roboreel.compile.resample import kept_length
@@ -142,7 +142,8 @@ def transcode_depth(
                 sampled.append(downsample(f.to_ndarray(format=DEPTH_PIX_FMT)[None]))
         if not packets.closed:
             why = "the span is not a closed run of packets starting on a keyframe"
-        elif (why := gop_refusal(packets.packets, settings) or "") == "":
+        elif (why := gop_refusal(packets.packets, settings)
+                      or grid_refusal(packets.packets, video.time_base, video.fps) or "") == "":
             data = remux_clip(video, packets)
             if _clip_digests(data, length=length, fps=fps, where=where, episode=episode) == source:
                 return Clip(data=data, codec=video.codec, height=video.stream.height, width=video.stream.width,

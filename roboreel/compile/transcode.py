@@ -38,7 +38,7 @@ from typing import Literal
 import av
 import numpy as np
 
-from roboreel.compile.copypolicy import codec_refusal, gop_refusal
+from roboreel.compile.copypolicy import GRID_EPS_S, codec_refusal, gop_refusal, grid_refusal
 from roboreel.compile.decode import SourceVideo, SpanPackets
 from roboreel.compile.floorcheck import (  # noqa: F401  (re-exported)
     CRF_RANGE,
@@ -118,10 +118,10 @@ def decode_clip(
             s = c.streams.video[0]
             k = -1
             for k, frame in enumerate(c.decode(s)):
-                got = round(float(frame.pts * s.time_base) * fps) if frame.pts is not None else None
-                if got != k:
-                    raise CompiledFormatError(f"clip frame {k} has pts {frame.pts} (frame {got})", file=where,
-                                              episode=episode)
+                t = float(frame.pts * s.time_base) if frame.pts is not None else math.nan
+                if not abs(t - k / fps) <= GRID_EPS_S:
+                    raise CompiledFormatError(f"clip frame {k} has pts {frame.pts} ({t:.6f}s, not {k}/{fps}s)",
+                                              file=where, episode=episode)
                 if digest is not None:
                     sums.append(digest(frame))
     except av.error.FFmpegError as e:
@@ -144,13 +144,15 @@ def check_clip_timing(data: bytes, *, length: int, fps: int, where: str, episode
         raise CompiledFormatError(f"compiled clip does not demux: {e}", file=where, episode=episode) from e
     if None in pts:
         raise CompiledFormatError("compiled clip has packets without pts", file=where, episode=episode)
-    got = sorted(round(float(p * tb) * fps) for p in pts)
+    got = sorted(float(p * tb) for p in pts)
     if len(got) != length:
         raise CompiledFormatError(f"compiled clip holds {len(got)} frames, the episode {length}", file=where,
                                   episode=episode)
-    if got != list(range(length)):
-        k = next(i for i, g in enumerate(got) if g != i)
-        raise CompiledFormatError(f"clip frame {k} has pts at frame {got[k]}", file=where, episode=episode)
+    off = [k for k, t in enumerate(got) if not abs(t - k / fps) <= GRID_EPS_S]
+    if off:
+        k = off[0]
+        raise CompiledFormatError(f"clip frame {k} has pts {got[k]:.6f}s, not {k}/{fps}s", file=where,
+                                  episode=episode)
 
 
 def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) -> av.VideoFrame:
@@ -395,7 +397,8 @@ def transcode_span(
                 rgb.append(downsample(f.to_ndarray(format="rgb24").transpose(2, 0, 1)))
         if not packets.closed:
             why = "the span is not a closed run of packets starting on a keyframe"
-        elif (why := gop_refusal(packets.packets, settings)) is None:
+        elif (why := gop_refusal(packets.packets, settings)
+                      or grid_refusal(packets.packets, video.time_base, video.fps)) is None:
             data = remux_clip(video, packets)
             clip_digests = decode_clip(data, length=length, fps=fps, digest=_frame_digest, where=where,
                                        episode=episode)

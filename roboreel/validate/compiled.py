@@ -178,7 +178,16 @@ def _check_record(m: mf.Manifest, e: mf.EpisodeEntry, members: dict[str, bytes],
         if probe.frames != e.length:
             report.error("clip-frame-count", f"{name} has {probe.frames} frames, the episode has {e.length}",
                          file=shard, episode=e.index)
-        if probe.codec != cam.codec or (probe.height, probe.width) != (cam.height, cam.width):
+        elif probe.pts_s is not None:
+            off = [k for k, t in enumerate(probe.pts_s) if not abs(t - k / m.fps) < TIMESTAMP_TOLERANCE_S]
+            if off:
+                k = off[0]
+                report.error("clip-timestamp", f"{name}: {len(off)} frames are not within "
+                             f"{TIMESTAMP_TOLERANCE_S:g}s of k/fps "
+                             f"(frame {k} at {probe.pts_s[k]:.6f}s, not {k}/{m.fps}s): the reader refuses them",
+                             file=shard, episode=e.index)
+        # a camera whose clips were partly copied, partly re-encoded lists both codecs ("h264,hevc": format.md)
+        if probe.codec not in cam.codec.split(",") or (probe.height, probe.width) != (cam.height, cam.width):
             report.warning("clip-codec", f"{name} is {probe.codec} {probe.height}x{probe.width}, manifest says "
                            f"{cam.codec} {cam.height}x{cam.width}", file=shard, episode=e.index)
         cams = meta.get("cameras") if isinstance(meta, dict) else None

@@ -61,8 +61,10 @@ CODES: dict[str, str] = {
     "video-unreadable": "an mp4 cannot be opened or demuxed",
     "video-too-short": "an mp4 has fewer frames than the episode spans it hosts",
     "video-span-mismatch": "(to_timestamp - from_timestamp) * fps disagrees with the episode length",
-    "video-timestamp": "the frame at an episode's from_timestamp is not where the metadata says",
+    "video-timestamp": "an episode's frame is not within LeRobot's tolerance of from_timestamp + k/fps",
     "video-codec-mismatch": "an mp4's codec or size disagrees with info.json",
+    "video-streams": "an mp4 holds more than one video stream",
+    "video-rotation": "an mp4's frames carry a display rotation (LeRobot returns them rotated)",
     "video-fps-mismatch": "an mp4's frames are not 1/fps apart (its frame rate disagrees with info.json's fps)",
     # compiled
     "meta-missing": "a compiled dataset without meta/info.json (LeRobot cannot open its data/)",
@@ -91,6 +93,7 @@ CODES: dict[str, str] = {
     "clip-unreadable": "a clip cannot be demuxed",
     "clip-frame-count": "a clip's frame count differs from the episode length",
     "clip-codec": "a clip's codec or size differs from the manifest's camera spec",
+    "clip-timestamp": "a clip's frame k is not at k/fps (within 1e-4 s): the reader refuses it",
     # clips against their feature (validate/cameras.py)
     "clip-channels": "a clip (error; a source mp4: warning) has not its feature's channels (3 RGB, 1 depth map)",
     "clip-bit-depth": "a clip's bit depth is not its feature's (8-bit RGB, 12-bit depth codes)",

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import SourceError
@@ -174,6 +175,12 @@ def check_videos(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta]
         except (VideoProbeError, OSError) as e:
             report.error("video-unreadable", f"cannot read the mp4: {e}", file=rel, episodes=indices)
             continue
+        if probe.video_streams > 1:
+            report.error("video-streams", f"mp4 holds {probe.video_streams} video streams; a camera file holds one "
+                         "(which one LeRobot reads is its FFmpeg's choice)", file=rel, episodes=indices)
+        if probe.rotation:
+            report.error("video-rotation", f"frames carry a display rotation of {probe.rotation} degrees: LeRobot "
+                         "returns them rotated, which compile cannot carry", file=rel, episodes=indices)
         feat = info.features.get(cam, {}).get("info") or {}
         want_codec = feat.get("video.codec")
         if want_codec and want_codec != probe.codec:
@@ -199,9 +206,22 @@ def check_videos(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta]
                 report.error("video-too-short", f"mp4 has {probe.frames} frames, the episode needs frames "
                              f"{first}..{first + e.length - 1} ({span.from_timestamp:.4f}-{span.to_timestamp:.4f}s)",
                              file=rel, episode=e.index)
-            elif fps_ok and probe.pts_s is not None and abs(probe.pts_s[first] - span.from_timestamp) > TOLERANCE_S:
-                report.warning("video-timestamp", f"frame {first} is at {probe.pts_s[first]:.6f}s, from_timestamp is "
-                               f"{span.from_timestamp:.6f}s (tolerance {TOLERANCE_S}s)", file=rel, episode=e.index)
+            elif fps_ok and probe.pts_s is not None:
+                _check_span_timestamps(probe.pts_s[first:first + e.length], span.from_timestamp, fps, report,
+                                       file=rel, episode=e.index)
+
+
+def _check_span_timestamps(pts_s: Sequence[float], from_s: float, fps: int, report: Report, **where: Any) -> None:
+    """Every frame k of a span within LeRobot's tolerance of from_timestamp + k/fps: LeRobotDataset refuses
+    a sample whose frame is further (and compile does too, naming it)."""
+    off = [(k, t - (from_s + k / fps)) for k, t in enumerate(pts_s)]
+    bad = [(k, d) for k, d in off if not abs(d) < TOLERANCE_S]
+    if bad:
+        k, d = max(bad, key=lambda kd: abs(kd[1]))
+        report.error("video-timestamp", f"{len(bad)} of the episode's {len(pts_s)} frames are off their timestamp "
+                     f"by more than LeRobot's tolerance_s={TOLERANCE_S:g}s (frame {k}: {pts_s[k]:.6f}s, "
+                     f"{d * 1e3:+.3f} ms from from_timestamp + {k}/{fps}): LeRobotDataset cannot read those samples",
+                     **where)
 
 
 def check_source(root: Root, report: Report, *, videos: bool = True, count: CountMode = "packets",
