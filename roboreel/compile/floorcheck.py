@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from fractions import Fraction
 
 import av
 import cv2
 import numpy as np
 
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.sws import to_rgb24
+from roboreel.compile.sws import ColourTags, tag_name, to_rgb24
+from roboreel.formats.errors import RoboreelError
 
 
 def psnr(ref: np.ndarray, test: np.ndarray) -> float:
@@ -46,13 +48,51 @@ def next_crf(settings: CompileSettings, crf: int, worst: float) -> int | None:
     return max(lowest, crf - max(2, math.ceil(2 * (settings.min_psnr - worst)) + 1))
 
 
+class ColourNotCarried(RoboreelError):
+    """A clip's frames decode with other colour tags than its encoder's input holds (``InFlightCheck``): the
+    encoder could not write one into the bitstream, so a reader would convert them to other RGB. The message names
+    the tag; the caller adds the file and episode."""
+
+
+def x265_refusal(tags: ColourTags | None) -> str | None:
+    """Why x265 would not open with ``tags`` (it takes the H.273 values it knows, not e.g. EBU 3213 primaries or
+    a reserved transfer), naming the tag; None when it takes each. Asked only after an encode failed to start: a
+    throwaway encoder is opened with each tag the source sets."""
+    if tags is None:
+        return None
+    for tag, unset in (("color_range", 0), ("colorspace", 2), ("color_primaries", 2), ("color_trc", 2)):
+        if (value := getattr(tags, tag)) == unset:
+            continue
+        probe = av.CodecContext.create("libx265", "w")
+        probe.width, probe.height, probe.pix_fmt, probe.time_base = 64, 64, "yuv420p", Fraction(1, 25)
+        setattr(probe, tag, value)
+        probe.options = {"x265-params": "log-level=none"}
+        try:
+            probe.open()
+        except av.error.FFmpegError:
+            return f"the HEVC clip cannot carry the source's colour tags: x265 refuses {tag} {tag_name(tag, value)}"
+    return None
+
+
+def colour_mismatch(tags: ColourTags, frame: av.VideoFrame) -> str | None:
+    """Why a frame going into x265 cannot join a clip of ``tags`` (one clip, one colour description); None when
+    it can."""
+    if (differ := tags.differ(ColourTags.of(frame))) is None:
+        return None
+    return f"the source's colour tags change within the episode ({differ}), and a clip holds one set"
+
+
 class InFlightCheck:
     """PSNR of frames in RGB, checked as the encoder emits them: each packet is decoded here before it is muxed
     (an HEVC decoder primed with the encoder's parameter sets), and each decoded frame is compared with the
-    reference kept for it when it went in. References wait in a FIFO only while their frame is inside x265."""
+    reference kept for it when it went in. References wait in a FIFO only while their frame is inside x265.
 
-    def __init__(self, encoder: av.CodecContext) -> None:
+    ``tags``: the colour description the encoder was given (the source's: range, matrix, primaries, transfer);
+    every decoded frame must carry it, else ``ColourNotCarried`` (a reader would see other colours)."""
+
+    def __init__(self, encoder: av.CodecContext, tags: ColourTags | None = None) -> None:
         self.encoder = encoder
+        self.tags = tags
         self.decoder: av.CodecContext | None = None
         self.pending: deque[tuple[int, np.ndarray | None]] = deque()
         self.scores: dict[int, float] = {}
@@ -74,6 +114,9 @@ class InFlightCheck:
             self.decoder = av.CodecContext.create("hevc", "r")
             self.decoder.extradata = self.encoder.extradata  # mp4: parameter sets out of band
         for frame in self.decoder.decode(packet):
+            if self.tags is not None and (differ := self.tags.differ(ColourTags.of(frame))) is not None:
+                raise ColourNotCarried(f"the HEVC clip cannot carry the source's colour tags: {differ} in the "
+                                       "encoded stream (its frames would decode to other RGB)")
             n, reference = self.pending.popleft()
             if reference is not None:
                 self.scores[n] = score = psnr(reference, to_rgb24(frame, "floor-decoded"))

@@ -16,7 +16,7 @@ from typing import Any
 import av
 import numpy as np
 
-from roboreel.compile.sws import reformat
+from roboreel.compile.sws import ColourTags, to_yuv420p
 from roboreel.formats.depth import is_depth
 
 SWS_FILTERS = {"area": "AREA", "bilinear": "BILINEAR", "bicubic": "BICUBIC", "lanczos": "LANCZOS",
@@ -28,11 +28,12 @@ DEPTH_FILTER = "nearest"
 
 
 def resize_frame(frame: av.VideoFrame, height: int, width: int, method: str = FILTER) -> av.VideoFrame:
-    """``frame`` as a yuv420p frame of ``height`` x ``width``, resized with ``method``.
+    """``frame`` as a yuv420p frame of ``height`` x ``width``, resized with ``method``, in the source's own range
+    and matrix and tagged with them (a full-range or BT.709 camera stays so: sws.to_yuv420p).
 
-    ``torch``: RGB (swscale's yuv -> rgb24, as PyAV/torchcodec readers convert), torch's antialiased bilinear
-    interpolate on uint8 (exactly torchvision's ``resize(antialias=True)``), back to yuv420p. The others are
-    swscale filters applied to the yuv planes directly.
+    ``torch``: RGB (swscale's yuv -> rgb24 with the frame's tags, as PyAV/torchcodec readers convert), torch's
+    antialiased bilinear interpolate on uint8 (exactly torchvision's ``resize(antialias=True)``), back to yuv420p
+    in the frame's range and matrix. The others are swscale filters applied to the yuv planes directly.
     """
     if method == "torch":
         import torch  # only for this candidate (benchmarks/resize_filter_psnr.py)
@@ -40,9 +41,8 @@ def resize_frame(frame: av.VideoFrame, height: int, width: int, method: str = FI
         rgb = torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1)[None]
         small = torch.nn.functional.interpolate(rgb, size=(height, width), mode="bilinear", antialias=True)
         out = av.VideoFrame.from_ndarray(np.ascontiguousarray(small[0].permute(1, 2, 0).numpy()), format="rgb24")
-        return out.reformat(format="yuv420p")
-    return reformat(frame, f"resize-{method}", width=width, height=height, format="yuv420p",
-                    interpolation=SWS_FILTERS[method])
+        return to_yuv420p(out, "resize-torch", tags=None if frame.format.is_rgb else ColourTags.of(frame))
+    return to_yuv420p(frame, f"resize-{method}", width=width, height=height, interpolation=SWS_FILTERS[method])
 
 
 def transform_record(settings: Any, info: Any, specs: list[Any],

@@ -29,9 +29,17 @@ from fractions import Fraction
 import av
 import numpy as np
 
-from roboreel.compile.floorcheck import InFlightCheck, floor_reference, next_crf
+from roboreel.compile.floorcheck import (
+    ColourNotCarried,
+    InFlightCheck,
+    colour_mismatch,
+    floor_reference,
+    next_crf,
+    x265_refusal,
+)
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.stats import downsample
+from roboreel.compile.sws import ColourTags
 from roboreel.formats.errors import RoboreelError
 
 _PARAMETER_SETS = (32, 33, 34)  # HEVC NAL unit types VPS, SPS, PPS
@@ -59,10 +67,10 @@ class SegmentedEncode:
     then ``finish``."""
 
     def __init__(self, *, settings: CompileSettings, fps: int, height: int, width: int,
-                 mux_options: dict[str, str]) -> None:
+                 mux_options: dict[str, str], tags: ColourTags) -> None:
         if settings.bframes or not settings.gop:
             raise SegmentsUnavailable(settings.crf, "")  # packets are not frames in order: whole clips
-        self.settings, self.fps = settings, fps
+        self.settings, self.fps, self.tags = settings, fps, tags
         self.height, self.width, self.gop = height, width, settings.gop
         self.tb = Fraction(1, fps)
         self.params = settings.x265_params(height=height, width=width)
@@ -73,7 +81,7 @@ class SegmentedEncode:
         self.stream.codec_tag = "hvc1"
         self.stream.time_base = self.tb
         self.encoder = self.stream.codec_context
-        self.check = InFlightCheck(self.encoder)
+        self.check = InFlightCheck(self.encoder, tags)
         self.first_sets: list[bytes] | None = None
         self.crf = settings.crf
         self.segments: list[tuple[int, int]] = [(0, settings.crf)]  # (first frame, CRF) of each run of GOPs
@@ -87,6 +95,7 @@ class SegmentedEncode:
         ctx.width, ctx.height, ctx.pix_fmt = self.width, self.height, "yuv420p"
         ctx.time_base = self.tb
         ctx.framerate = Fraction(self.fps)
+        self.tags.set_on(ctx)  # the source's colour description, in every x265's VUI (the same parameter sets)
         ctx.options = {"preset": self.settings.preset, "x265-params": self.params, "crf": str(crf)}
 
     # -- feeding -----------------------------------------------------------------------------------------
@@ -176,7 +185,7 @@ class SegmentedEncode:
             raise SegmentsUnavailable(crf, f"whole clip from CRF {crf}: x265's parameter sets differ from CRF "
                                       f"{self.settings.crf}'s")
         self.encoder, self.crf = encoder, crf
-        self.check = InFlightCheck(encoder)
+        self.check = InFlightCheck(encoder, self.tags)
         self.held = [p for p in self.held if p.pts < start]  # earlier GOPs, checked, not muxed yet: kept
         for n in [n for n in self.scores if n >= start]:
             del self.scores[n]
@@ -214,11 +223,13 @@ def encode_segmented(
     n = 0
     try:
         for frame in frames:
+            height, width = size or (frame.height, frame.width)
+            source, frame = frame, to_input(frame, height, width, method)
             if enc is None:
-                height, width = size or (frame.height, frame.width)
                 enc = SegmentedEncode(settings=settings, fps=fps, height=height, width=width,
-                                      mux_options=mux_options)
-            source, frame = frame, to_input(frame, enc.height, enc.width, method)
+                                      mux_options=mux_options, tags=ColourTags.of(frame))
+            elif (mismatch := colour_mismatch(enc.tags, frame)) is not None:
+                raise RoboreelError(f"{mismatch} ({where}, episode {episode}, frame {n})")
             reference = floor_reference(source, frame)
             if n in for_stats:
                 rgb.append(downsample(reference.transpose(2, 0, 1)))
@@ -232,7 +243,10 @@ def encode_segmented(
         height, width = enc.height, enc.width
         enc = None
     except av.error.FFmpegError as e:
-        raise RoboreelError(f"HEVC encode failed: {e} ({where}, episode {episode})") from e
+        refused = x265_refusal(enc.tags if enc is not None else None)
+        raise RoboreelError(f"{refused or f'HEVC encode failed: {e}'} ({where}, episode {episode})") from e
+    except ColourNotCarried as e:
+        raise RoboreelError(f"{e} ({where}, episode {episode})") from e
     finally:
         if enc is not None:
             enc.close()

@@ -3,6 +3,8 @@
 Two paths:
 - encode: decoded source frames go straight to libx265 (yuv420p, no RGB round trip; reformatted only to resize
   or convert pixel formats), closed GOPs of ``gop`` frames, ``hvc1`` tag, frame k gets pts k in 1/fps.
+  The clip carries the source's colour tags (range, matrix, primaries, transfer: sws.ColourTags) in its VUI,
+  its samples unconverted, so a reader's decode turns it into the RGB LeRobot's decode makes of the source.
 - remux: an HEVC/H.264 yuv420p source span that starts on a keyframe, is closed in decode order and has no
   keyframe interval over ``remux_max_gop`` (copypolicy.py) is stream-copied with timestamps rebased to 0, then
   proven pixel-identical to the source decode (else re-encoded).
@@ -43,11 +45,14 @@ from roboreel.compile.decode import SourceVideo, SpanPackets
 from roboreel.compile.floorcheck import (  # noqa: F401  (re-exported)
     CRF_RANGE,
     BelowFloor,
+    ColourNotCarried,
     InFlightCheck,
+    colour_mismatch,
     floor_reference,
     next_crf,
     psnr,
     unheld_colour,
+    x265_refusal,
 )
 from roboreel.compile.overlap import read_ahead
 from roboreel.compile.resample import kept_length
@@ -56,7 +61,7 @@ from roboreel.compile.segments import SegmentsUnavailable, encode_segmented
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.stats import downsample
 from roboreel.compile.stats import sample_indices as stats_sample_indices
-from roboreel.compile.sws import reformat
+from roboreel.compile.sws import ColourTags, to_yuv420p
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 
 _MUX_OPTIONS = {"fflags": "+bitexact"}  # no muxer version string: same bytes from any FFmpeg build that encodes alike
@@ -156,11 +161,13 @@ def check_clip_timing(data: bytes, *, length: int, fps: int, where: str, episode
 
 
 def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) -> av.VideoFrame:
-    """What x265 is given for a source frame: resized with ``method`` (resize.py) or only converted to yuv420p."""
+    """What x265 is given for a source frame: resized with ``method`` (resize.py) or only converted to yuv420p,
+    either way in the source's own range and matrix, tagged with them (yuvj420p: the same bytes, full range;
+    sws.to_yuv420p)."""
     if (frame.height, frame.width) != (height, width):
         return resize_frame(frame, height, width, method)
     if frame.format.name != "yuv420p":  # a pixel format conversion only
-        return reformat(frame, "encoder-input", format="yuv420p", interpolation="AREA")
+        return to_yuv420p(frame, "encoder-input", interpolation="AREA")
     return frame
 
 
@@ -184,6 +191,7 @@ def encode_clip(
     want = set(sample_indices(length, settings.psnr_frames))
     every = settings.min_psnr > 0
     check: InFlightCheck | None = None
+    tags: ColourTags | None = None
     for_stats = set(stats_frames)
     rgb: list[np.ndarray] = []
     out = av.open(buf, "w", format="mp4", container_options=_MUX_OPTIONS)
@@ -197,14 +205,19 @@ def encode_clip(
                     params = settings.x265_params(height=height, width=width) + (":lossless=1" if lossless else "")
                 except ValueError as e:
                     raise RoboreelError(f"{e} ({where}, episode {episode})") from e
+            source, frame = frame, encoder_input(frame, height, width, method)
+            if stream is None:
                 stream = out.add_stream("libx265", rate=fps)
                 stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
                 stream.time_base = tb
                 stream.codec_tag = "hvc1"
+                tags = ColourTags.of(frame)  # the source's colour description, carried in the clip's VUI
+                tags.set_on(stream.codec_context)
                 stream.options = {"preset": settings.preset, "x265-params": params,
                                   **({} if lossless else {"crf": str(settings.crf)})}
-                check = InFlightCheck(stream.codec_context)
-            source, frame = frame, encoder_input(frame, stream.height, stream.width, method)
+                check = InFlightCheck(stream.codec_context, tags)
+            elif (mismatch := colour_mismatch(tags, frame)) is not None:
+                raise RoboreelError(f"{mismatch} ({where}, episode {episode}, frame {n})")
             reference = floor_reference(source, frame) if every or n in want or n in for_stats else None
             check.put(n, reference if every or n in want else None)
             if n in for_stats:
@@ -226,7 +239,9 @@ def encode_clip(
             out.mux(packet)
         check.packet(None)
     except av.error.FFmpegError as e:
-        raise RoboreelError(f"HEVC encode failed: {e} ({where}, episode {episode})") from e
+        raise RoboreelError(f"{x265_refusal(tags) or f'HEVC encode failed: {e}'} ({where}, episode {episode})") from e
+    except ColourNotCarried as e:
+        raise RoboreelError(f"{e} ({where}, episode {episode})") from e
     finally:
         out.close()
     data = buf.getvalue()
