@@ -139,3 +139,15 @@ def test_a_rotated_or_two_stream_mp4_fails_compile_and_validate(tmp_path, codec,
     assert err.value.file == str(rel)
     report = validate(str(src))
     assert [f.code for f in report.findings if f.severity == "error"] == [code], report.findings
+
+
+def test_an_odd_sized_camera_that_cannot_be_copied_fails_naming_it(tmp_path):
+    """info.json says H.264 (so compile's up-front size check lets a copy through), but the 4:4:4 frames must be
+    re-encoded, and 63x95 has no 4:2:0 form: a clear error, not x265's."""
+    root = tmp_path / "src"
+    synthesize(root, SynthConfig(episodes=1, min_length=6, max_length=6, fps=FPS, cameras=(CAM,), height=63,
+                                 width=95, tasks=1, codec="libx264", crf=18, pix_fmt="yuv444p"))
+    with pytest.raises(SourceError, match=r"the camera is 95x63: odd sides, .*source pixel format yuv444p .*"
+                                          r"pass --resize HxW") as err:
+        compile_dataset(str(root), str(tmp_path / "out"), settings=CompileSettings.for_tests(), workers=1)
+    assert err.value.episode == 0 and err.value.file.endswith(".mp4")

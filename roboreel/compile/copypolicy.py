@@ -43,6 +43,8 @@ def codec_refusal(codec: str, pix_fmt: str | None, settings: CompileSettings) ->
     if codec not in REMUX_CODECS:
         return f"source codec {codec} is not one every reader decodes ({', '.join(REMUX_CODECS)})"
     if pix_fmt not in REMUX_PIX_FMTS:
+        if pix_fmt and pix_fmt.startswith("yuvj"):  # FFmpeg's name for a full-range decode
+            return f"source pixel format {pix_fmt} is full range (re-encoded as yuv420p, its range tagged)"
         return f"source pixel format {pix_fmt} is not 8-bit 4:2:0"
     return None
 

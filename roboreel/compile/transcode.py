@@ -62,7 +62,7 @@ from roboreel.compile.settings import CompileSettings
 from roboreel.compile.stats import downsample
 from roboreel.compile.stats import sample_indices as stats_sample_indices
 from roboreel.compile.sws import ColourTags, to_yuv420p
-from roboreel.formats.errors import CompiledFormatError, RoboreelError
+from roboreel.formats.errors import CompiledFormatError, RoboreelError, SourceError
 
 _MUX_OPTIONS = {"fflags": "+bitexact"}  # no muxer version string: same bytes from any FFmpeg build that encodes alike
 _CODEC_TAGS = {"hevc": "hvc1", "h264": "avc1"}
@@ -295,6 +295,10 @@ def encode_with_floor(
     from its GOP on, at a lower CRF. Only where that cannot be done (B-frames, x265 writing other parameter sets,
     no CRF left) is the whole clip re-encoded, from the CRF the GOP-by-GOP encode reached."""
     kept = kept_length(length, step)
+    h, w = size or (video.stream.height, video.stream.width)
+    if h % 2 or w % 2:  # compile's up-front check (plan.py) trusts info.json's codec: a copy fell back to this
+        raise SourceError(f"the camera is {w}x{h}: odd sides, which an 8-bit 4:2:0 clip cannot hold, and the span "
+                          f"cannot be stream-copied ({why}); pass --resize HxW", file=video.rel, episode=episode)
     crf: int | None = settings.crf
     ticked = 0
     if settings.min_psnr > 0:
