@@ -73,9 +73,12 @@ def to_yuv420p(frame: av.VideoFrame, use: str, *, tags: ColourTags | None = None
         out = reformat(frame, use, format="yuv420p", dst_colorspace=matrix, dst_color_range=tags.color_range or 1,
                        **options)
     out.color_range, out.colorspace = tags.color_range, tags.colorspace
-    out.color_primaries, out.color_trc = tags.color_primaries, tags.color_trc
+    if hasattr(out, "color_primaries"):  # PyAV >= 16 (a frame's primaries and transfer; older ones lack them)
+        out.color_primaries, out.color_trc = tags.color_primaries, tags.color_trc
     return out
 
+
+_UNSPECIFIED = 2  # AVCOL_PRI_UNSPECIFIED, AVCOL_TRC_UNSPECIFIED
 
 # AVColorSpace -> swscale's SWS_CS_* matrix, for RGB -> YUV conversions (unspecified: BT.601, swscale's default)
 _SWS_MATRIX = {1: 1, 2: 5, 4: 4, 5: 5, 6: 5, 7: 7, 9: 9, 10: 9}
@@ -114,7 +117,9 @@ class ColourTags:
     def of(cls, frame: av.VideoFrame) -> ColourTags:
         """The tags of a frame (a yuvj format is full range whatever its range says)."""
         rng = 2 if frame.format.name.startswith("yuvj") else int(frame.color_range)
-        return cls(rng, int(frame.colorspace), int(frame.color_primaries), int(frame.color_trc))
+        # PyAV < 16 reads no primaries or transfer off a frame: unspecified (they do not change its RGB)
+        return cls(rng, int(frame.colorspace), int(getattr(frame, "color_primaries", _UNSPECIFIED)),
+                   int(getattr(frame, "color_trc", _UNSPECIFIED)))
 
     def set_on(self, encoder: av.CodecContext) -> None:
         """Write the tags into an encoder's context before it opens (libx265 puts them in the SPS's VUI; an
