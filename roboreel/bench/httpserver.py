@@ -40,6 +40,7 @@ class Faults:
     max_faults: int | None = None  # stop injecting after this many faults (None = no limit)
     max_faults_per_path: int | None = None  # at most this many faults on each path (None = no limit)
     latency_s: float = 0.0  # added to every request before it is answered (object-store round trip)
+    head: bool = False  # HEAD requests draw faults too (a 503; other kinds cut bodies, and a HEAD has none)
 
 
 @dataclass
@@ -118,7 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
             entry.status = 404
             self.send_error(404)
             return
-        fault = self.state.draw("/" + rel) if body else None
+        fault = self.state.draw("/" + rel) if body or self.state.faults.head else None
         entry.fault = fault
         if fault == "unavailable":
             entry.status = 503

@@ -62,6 +62,17 @@ def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+def _offline(e: BaseException) -> BaseException | None:
+    """huggingface_hub's OfflineModeIsEnabled (hf:// with HF_HUB_OFFLINE=1) in ``e``'s chain of causes: a
+    setting, not a fault, so it is one line like a missing file (never retried: formats/transient_errors.py)."""
+    offline = getattr(sys.modules.get("huggingface_hub.errors"), "OfflineModeIsEnabled", None)
+    if not isinstance(offline, type):
+        return None
+    from roboreel.formats.transient_errors import causes
+
+    return next((c for c in causes(e) if isinstance(c, offline)), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     own, passthrough = _split_passthrough(sys.argv[1:] if argv is None else list(argv))
@@ -80,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if isinstance(e, RoboreelError | FileExistsError | FileNotFoundError | ValueError) and not args.verbose:
             print(f"roboreel {args.verb}: error: {e}", file=sys.stderr)
+            return 2
+        offline = _offline(e)
+        if offline is not None and not args.verbose:
+            print(f"roboreel {args.verb}: error: {str(offline).splitlines()[0]}", file=sys.stderr)
             return 2
         raise
     return int(rc or 0)

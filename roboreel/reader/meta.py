@@ -38,6 +38,7 @@ from roboreel.formats.lerobot_v3 import (
 from roboreel.formats.table_features import (
     LANGUAGE_COLUMNS,  # their presence: lerobot-train's language collate
 )
+from roboreel.formats.transient import is_transient
 from roboreel.reader.fetch.source import http_defaults, retrying
 
 _CAMERA_DTYPES = ("video", "image")
@@ -188,6 +189,7 @@ class DatasetMeta(FeatureKeys):
         self.storage_options = http_defaults(self.url, storage_options)  # a per-read timeout over http(s)
         self.repo_id = repo_id or (self.url.rstrip("/").rsplit("/", 1)[-1] or self.url)
         self.retries, self.backoff_s = retries, backoff_s
+        # No retries of its own: ``_read`` retries each whole read with this budget (nested ones would multiply)
         self._source = LeRobotSource(self.url, storage_options=self.storage_options)
         self._info: dict[str, Any] | None = None
         self._tasks: Any = None
@@ -208,7 +210,10 @@ class DatasetMeta(FeatureKeys):
             with self._source.open(rel) as f:
                 text = f.read()
         except SourceError as e:
-            if missing_ok and isinstance(e.__cause__, FileNotFoundError):
+            # Only a file the store says is not there means "none": fsspec's HTTP info() answers a HEAD and GET
+            # that both failed with a FileNotFoundError, which is a busy server when the GET got a 503; raised,
+            # it is retried by ``_read`` with the dataset's budget like any other fault of a meta/ read.
+            if missing_ok and isinstance(e.__cause__, FileNotFoundError) and not is_transient(e):
                 return None
             raise
         try:

@@ -12,7 +12,8 @@ from typing import Any
 from roboreel.formats.lerobot_v3_layout import INFO_PATH
 from roboreel.formats.manifest import MANIFEST_NAME
 from roboreel.formats.shard import SHARD_DIR
-from roboreel.validate._io import Root
+from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES
+from roboreel.validate._io import ReadFailed, Root
 from roboreel.validate.compiled import check_compiled
 from roboreel.validate.media import CountMode
 from roboreel.validate.report import CODES, EXIT_CLEAN, EXIT_UNREADABLE, EXIT_VIOLATIONS, Finding, Report
@@ -33,14 +34,17 @@ __all__ = [
 
 
 def detect_kind(root: Root, report: Report) -> str | None:
-    """"compiled" (roboreel.json), "source" (meta/info.json), or None after a fatal finding saying why not."""
-    if not root.exists():
-        report.fatal("path-missing", "path does not exist", file=root.url)
-        return None
+    """"compiled" (roboreel.json), "source" (meta/info.json), or None after a fatal finding saying why not.
+
+    The files are looked for first, the root after: a plain HTTP server (no directory listings) has no root
+    directory to find, yet serves a dataset that compile and the reader read."""
     if root.exists(MANIFEST_NAME):
         return "compiled"
     if root.exists(INFO_PATH):
         return "source"
+    if not root.exists():
+        report.fatal("path-missing", "path does not exist", file=root.url)
+        return None
     if root.isdir(SHARD_DIR):
         report.fatal("manifest-missing", "shards/ but no roboreel.json: compile has not finished", file=MANIFEST_NAME)
     else:
@@ -50,7 +54,8 @@ def detect_kind(root: Root, report: Report) -> str | None:
 
 def validate(path: str, *, world_size: int = 1, num_workers: int = 1, fast: bool = False, deep: bool = False,
              strict: bool = False, progress: bool = False,
-             storage_options: dict[str, Any] | None = None) -> Report:
+             storage_options: dict[str, Any] | None = None, retries: int = DEFAULT_RETRIES,
+             backoff_s: float = DEFAULT_BACKOFF_S) -> Report:
     """Check any v3 dataset or compiled output at ``path`` (local or fsspec URL).
 
     Args:
@@ -60,21 +65,26 @@ def validate(path: str, *, world_size: int = 1, num_workers: int = 1, fast: bool
         deep: decode every frame of every video and clip (slow; catches corrupt bitstreams).
         strict: warnings fail too (exit code 1).
         progress: tqdm bars on stderr.
+        retries, backoff_s: a remote read's transient faults retried, as compile's (formats/transient.py); a
+            file that keeps failing is a fatal ``file-unreadable`` finding naming it.
     """
     if world_size < 1 or num_workers < 1:
         raise ValueError(f"world_size and num_workers must be >= 1, got {world_size} and {num_workers}")
     if fast and deep:
         raise ValueError("fast and deep are mutually exclusive (fast skips reading bytes that deep decodes)")
     report = Report(path=str(path), strict=strict)
-    root = Root.open_url(str(path), storage_options=storage_options)
-    kind = detect_kind(root, report)
-    if kind is None:
-        return report
-    report.kind = kind  # type: ignore[assignment]
-    count: CountMode = "decode" if deep else "packets"
-    if kind == "compiled":
-        check_compiled(root, report, world_size=world_size, num_workers=num_workers, fast=fast, count=count,
-                       progress=progress)
-    else:
-        check_source(root, report, count="header" if fast else count, progress=progress)
+    root = Root.open_url(str(path), storage_options=storage_options, retries=retries, backoff_s=backoff_s)
+    try:
+        kind = detect_kind(root, report)
+        if kind is None:
+            return report
+        report.kind = kind  # type: ignore[assignment]
+        count: CountMode = "decode" if deep else "packets"
+        if kind == "compiled":
+            check_compiled(root, report, world_size=world_size, num_workers=num_workers, fast=fast, count=count,
+                           progress=progress)
+        else:
+            check_source(root, report, count="header" if fast else count, progress=progress)
+    except ReadFailed as e:  # a remote file kept failing with transient faults: unreadable, not missing or bad
+        report.fatal("file-unreadable", str(e).removesuffix(f" (file {e.file})"), file=e.file)
     return report

@@ -35,6 +35,8 @@ CODES: dict[str, str] = {
     "index-missing": "an index file roboreel.json names (index/...) does not exist",
     "index-checksum-mismatch": "an index file's size or sha256 differs from roboreel.json",
     "index-unreadable": "an index file cannot be read, lacks columns, or its rows are out of order",
+    "file-unreadable": "a remote file kept failing with transient faults (5xx, 429, resets, timeouts) beyond the "
+                       "retry budget, or its server refused it with an HTTP error other than not-found",
     # LeRobot v3 metadata
     "tasks-unreadable": "meta/tasks.parquet is missing or unreadable",
     "episodes-meta-unreadable": "meta/episodes files are missing, unreadable or lack columns",
