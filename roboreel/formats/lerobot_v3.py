@@ -84,6 +84,15 @@ def read_parquet(fs: fsspec.AbstractFileSystem, path: str, rel: str, columns: li
         raise SourceError(f"unreadable parquet: {e}", file=rel, episode=episode) from e
 
 
+def tasks_of(table: pa.Table) -> dict[int, str]:
+    """task_index -> task string of a meta/tasks.parquet table (pandas writes the task as the index)."""
+    names = table.column_names
+    text_col = "task" if "task" in names else "__index_level_0__" if "__index_level_0__" in names else None
+    if text_col is None or "task_index" not in names:
+        raise SourceError(f"tasks.parquet needs 'task_index' and 'task' columns, has {names}", file=TASKS_PATH)
+    return dict(zip(table.column("task_index").to_pylist(), table.column(text_col).to_pylist(), strict=True))
+
+
 class LeRobotSource:
     """A LeRobot v3.0 dataset at a local path or fsspec URL.
 
@@ -197,12 +206,7 @@ class LeRobotSource:
     @cached_property
     def tasks(self) -> dict[int, str]:
         """task_index -> task string, from meta/tasks.parquet (pandas writes the task as the index)."""
-        table = read_parquet(self.fs, self.path(TASKS_PATH), TASKS_PATH, **self._retry)
-        names = table.column_names
-        text_col = "task" if "task" in names else "__index_level_0__" if "__index_level_0__" in names else None
-        if text_col is None or "task_index" not in names:
-            raise SourceError(f"tasks.parquet needs 'task_index' and 'task' columns, has {names}", file=TASKS_PATH)
-        return dict(zip(table.column("task_index").to_pylist(), table.column(text_col).to_pylist(), strict=True))
+        return tasks_of(read_parquet(self.fs, self.path(TASKS_PATH), TASKS_PATH, **self._retry))
 
     def episode_files(self) -> list[str]:
         """The meta/episodes parquet files, dataset-relative, sorted."""

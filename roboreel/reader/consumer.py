@@ -23,6 +23,7 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from roboreel.formats.depth import DepthQuant
+from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.manifest import Manifest
 from roboreel.reader.decode.clips import ClipDecoders, materialize
 from roboreel.reader.decode.deferred import ship_once
@@ -118,7 +119,9 @@ class MemberStream:
                     self.kept += len(kept)
                     yield from kept  # type: ignore[misc]
                     continue
-                for key, (shard, rec) in zip(keys, reader.records([s]), strict=True):
+                planned = s.episode_lengths(ds.manifest.index.lengths)
+                for key, (shard, rec), length in zip(keys, reader.records([s]), planned, strict=True):
+                    _check_record(rec, int(length), ds.manifest.fps, shard_prefix + shard_paths[shard])
                     ep = LoadedEpisode(rec, shard=shard_prefix + shard_paths[shard], tabular_keys=tabular,
                                        camera_keys=cameras, windows=ds.windows, tasks=ds.manifest.tasks,
                                        stream=key[3], images=images, transformed=transformed)
@@ -133,6 +136,18 @@ class MemberStream:
         self.pending.close()
         if isinstance(self.prefetch, Prefetcher):
             self.prefetch.close()
+
+
+def _check_record(rec: Any, length: int, fps: int, shard: str) -> None:
+    """The record against what the epoch was planned from: the index's length (the plan emits that many frames:
+    a shorter one silently cut the episode) and the manifest's fps (windows are offsets in seconds)."""
+    if rec.length != length:
+        raise CompiledFormatError(f"the episode's record says length {rec.length}, the index {length}: the index "
+                                  "does not describe this shard (run roboreel validate)", file=shard, episode=rec.index)
+    fps_rec = rec.meta.get("fps")
+    if fps_rec is not None and int(fps_rec) != fps:
+        raise CompiledFormatError(f"the episode's record says fps {fps_rec}, roboreel.json {fps} (run roboreel "
+                                  "validate)", file=shard, episode=rec.index)
 
 
 def run_consumer(ds: ConsumerSettings, schedule: PoolSchedule, slices: list[Slice], position: Position, row: int,

@@ -24,7 +24,14 @@ from roboreel.formats import manifest as mf
 from roboreel.formats import shard as sh
 from roboreel.formats.digest import check_rows_digest
 from roboreel.formats.errors import CompiledFormatError, SourceError
-from roboreel.formats.lerobot_v3 import EPISODES_DIR, INFO_PATH, read_parquet
+from roboreel.formats.lerobot_v3 import (
+    EPISODES_DIR,
+    INFO_PATH,
+    TASKS_PATH,
+    SourceInfo,
+    read_parquet,
+    tasks_of,
+)
 from roboreel.validate._io import Root, progress_bar
 from roboreel.validate.cameras import check_clip
 from roboreel.validate.index import check_index_files, check_manifest
@@ -284,6 +291,7 @@ def check_meta(root: Root, m: mf.Manifest, report: Report, *, progress: bool, fa
                         clip_keys=m.camera_keys)
     if meta is None or meta.episodes is None:
         return
+    _check_meta_header(root, m, meta.info, report)
     ours = {e.index: e for e in meta.episodes}
     mine: set[int] = set()
     for e in m.index.iter_entries():
@@ -302,6 +310,26 @@ def check_meta(root: Root, m: mf.Manifest, report: Report, *, progress: bool, fa
                      episodes=extra)
     if not fast:
         _check_data_digests(root, m, ours, report)
+
+
+def _check_meta_header(root: Root, m: mf.Manifest, info: SourceInfo, report: Report) -> None:
+    """meta/info.json's fps and features and meta/tasks.parquet against roboreel.json, which finalize wrote from
+    the same values: LeRobot (and ``roboreel lerobot-train``'s dataset meta) reads these, the reader the manifest."""
+    if info.fps != m.fps:
+        report.error("meta-manifest-mismatch", f"meta/info.json says fps {info.fps}, roboreel.json {m.fps}",
+                     file=INFO_PATH)
+    differ = sorted(k for k in set(info.features) | set(m.features) if info.features.get(k) != m.features.get(k))
+    if differ:
+        report.error("meta-manifest-mismatch", f"meta/info.json and roboreel.json describe features {differ} "
+                     "differently", file=INFO_PATH)
+    try:
+        tasks = tasks_of(read_parquet(root.fs, root.path(TASKS_PATH), TASKS_PATH))
+    except SourceError:
+        return  # reported by check_source (tasks-unreadable)
+    if tasks != m.tasks:
+        wrong = sorted(i for i in set(tasks) | set(m.tasks) if tasks.get(i) != m.tasks.get(i))
+        report.error("meta-manifest-mismatch", f"meta/tasks.parquet and roboreel.json name tasks {wrong[:10]} "
+                     "differently", file=TASKS_PATH)
 
 
 def _check_data_digests(root: Root, m: mf.Manifest, ours: dict, report: Report) -> None:
