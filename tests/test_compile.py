@@ -356,23 +356,11 @@ def test_cli_compile_and_finalize(small_source, tmp_path, capsys):
 
 def test_remote_source_over_http(small_source, small_compiled, tmp_path):
     """SRC as an fsspec URL (a local HTTP server): same shards, rows and meta as compiling the local path."""
-    import functools
-    import http.server
-    import threading
+    from support.plainhttp import serving
 
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(small_source)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        out = tmp_path / "remote"
-        report = compile_dataset(f"http://127.0.0.1:{server.server_port}/", str(out), settings=TEST, workers=2)
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
+    out = tmp_path / "remote"
+    with serving(small_source) as url:
+        report = compile_dataset(url, str(out), settings=TEST, workers=2)
     assert report.finalized
     a, b = tree(small_compiled), tree(out)
     assert sorted(a) == sorted(b)

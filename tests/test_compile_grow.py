@@ -232,10 +232,9 @@ def test_a_same_size_edit_on_a_plain_http_server_is_recompiled(grown, tmp_path):
     """A plain static HTTP server (``http.server``: no ETag, a Last-Modified) and a data file edited in place at
     the same size: the rerun recompiles its episodes (identified by size and modification time) and equals a
     fresh compile of the edited source, instead of keeping the rows of the old version."""
-    import functools
-    import http.server
     import os
-    import threading
+
+    from support.plainhttp import serving
 
     _, new, _ = grown
     src = tmp_path / "src"
@@ -245,16 +244,8 @@ def test_a_same_size_edit_on_a_plain_http_server_is_recompiled(grown, tmp_path):
     plain = {"compression": "none", "use_dictionary": False}  # fixed-size float values: an edit keeps the size
     pq.write_table(table, src / rel, **plain)
     size = (src / rel).stat().st_size
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(src)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url, out = f"http://127.0.0.1:{server.server_port}/", tmp_path / "out"
-    try:
+    out = tmp_path / "out"
+    with serving(src) as url:
         compile_dataset(url, str(out), settings=TEST, workers=1)
         i = table.column_names.index("action")
         action = pa.array([[v + 1.0 for v in row] for row in table.column("action").to_pylist()],
@@ -264,9 +255,6 @@ def test_a_same_size_edit_on_a_plain_http_server_is_recompiled(grown, tmp_path):
         t = (src / rel).stat().st_mtime + 10  # Last-Modified counts whole seconds
         os.utime(src / rel, (t, t))
         report = compile_dataset(url, str(out), settings=TEST, workers=1)
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
     fresh = tmp_path / "fresh"
     compile_dataset(str(src), str(fresh), settings=TEST, workers=1)
     assert report.shards_compiled >= 1  # the edited file's shards: re-packed, rows read again, clips kept
