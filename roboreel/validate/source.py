@@ -24,7 +24,7 @@ from roboreel.validate.rowgroups import scan_data
 
 logger = logging.getLogger(__name__)
 
-TOLERANCE_S = 1e-4  # LeRobot's default tolerance between a queried timestamp and the decoded frame's pts
+TOLERANCE_S = v3.TIMESTAMP_TOLERANCE_S  # LeRobot's default: a queried timestamp against a frame's pts
 _FPS_RTOL = 1e-3  # relative difference between an mp4's frame spacing and 1/fps that counts as another rate
 
 
