@@ -41,6 +41,7 @@ from roboreel.formats.lerobot_v3_layout import (
     EpisodeMeta,
     SourceInfo,
     VideoSpan,
+    numbered_episode_files,
 )
 from roboreel.formats.transient import DEFAULT_BACKOFF_S, open_file, retrying
 
@@ -225,17 +226,7 @@ class LeRobotSource:
 
     def _probe_episode_files(self) -> list[str]:
         """Where listing is impossible, walk LeRobot's file numbering (file_index wraps at chunks_size)."""
-        chunks_size = int(self.info.raw.get("chunks_size") or 1000)
-        out: list[str] = []
-        chunk = file = 0
-        while True:
-            rel = EPISODES_PATH.format(chunk_index=chunk, file_index=file)
-            if not self._present(rel):
-                return out
-            out.append(rel)
-            file += 1
-            if file >= chunks_size:
-                chunk, file = chunk + 1, 0
+        return numbered_episode_files(int(self.info.raw.get("chunks_size") or 1000), self._present)
 
     @cached_property
     def episodes(self) -> list[EpisodeMeta]:

@@ -8,6 +8,7 @@ the reader. Layout and column names follow LeRobot's writer (see docs/format.md)
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,20 @@ TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's default tolerance between a row's time
 # BackwardCompatibilityError prints, lerobot/datasets/utils.py V30_MESSAGE). It converts v2.1 only.
 CONVERT_V21_COMMAND = ("python -m lerobot.scripts.convert_dataset_v21_to_v30 --repo-id=<repo_id> "
                        "--root=<dataset dir> --push-to-hub=false")
+
+
+def numbered_episode_files(chunks_size: int, present: Callable[[str], bool]) -> list[str]:
+    """The meta/episodes files a store holds, found by LeRobot's numbering where it cannot list them (a plain
+    HTTP server): file_index counts up and wraps at ``chunks_size`` into the next chunk; the first file
+    ``present`` says is missing ends the walk."""
+    out: list[str] = []
+    chunk = file = 0
+    while present(rel := EPISODES_PATH.format(chunk_index=chunk, file_index=file)):
+        out.append(rel)
+        file += 1
+        if file >= chunks_size:
+            chunk, file = chunk + 1, 0
+    return out
 
 
 def version_message(version: Any) -> str:

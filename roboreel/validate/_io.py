@@ -18,7 +18,7 @@ from typing import IO, Any, TypeVar
 import fsspec
 
 from roboreel.formats.errors import DataError
-from roboreel.formats.lerobot_v3_layout import EPISODES_DIR, EPISODES_PATH, INFO_PATH
+from roboreel.formats.lerobot_v3_layout import EPISODES_DIR, INFO_PATH, numbered_episode_files
 from roboreel.formats.transient import (
     DEFAULT_BACKOFF_S,
     DEFAULT_RETRIES,
@@ -164,14 +164,7 @@ class Root:
                 chunks_size = int(json.loads(f.read()).get("chunks_size") or 1000)
         except (FileNotFoundError, ValueError, TypeError, AttributeError):
             return {}  # the caller reports meta/info.json
-        out: dict[str, int] = {}
-        chunk = file = 0
-        while self.exists(rel := EPISODES_PATH.format(chunk_index=chunk, file_index=file)):
-            out[rel] = self.size(rel)
-            file += 1
-            if file >= chunks_size:
-                chunk, file = chunk + 1, 0
-        return out
+        return {rel: self.size(rel) for rel in numbered_episode_files(chunks_size, self.exists)}
 
 
 def progress_bar(iterable: Iterable[T], *, enabled: bool, desc: str, unit: str, total: int | None = None) -> Iterable[T]:
