@@ -79,7 +79,8 @@ def test_meta_that_disagrees_with_the_manifest_is_an_error(out, small_compiled):
     swapped = tasks.set_column(column, "task_index", pa.array(tasks.column("task_index").to_pylist()[::-1],
                                                               type=tasks.schema.field("task_index").type))
     pq.write_table(swapped, out / "meta/tasks.parquet")
-    assert _errors(out) == [("meta-manifest-mismatch", "meta/tasks.parquet")]
+    assert sorted(_errors(out)) == [("meta-checksum", "meta/tasks.parquet"),
+                                    ("meta-manifest-mismatch", "meta/tasks.parquet")]
 
 
 def test_manifest_tasks_or_features_edited_are_errors(out, small_compiled):
@@ -90,3 +91,42 @@ def test_manifest_tasks_or_features_edited_are_errors(out, small_compiled):
     shutil.copyfile(small_compiled / MANIFEST_NAME, out / MANIFEST_NAME)
     _edit_json(out / MANIFEST_NAME, lambda m: m["features"].pop("observation.state"))
     assert ("meta-manifest-mismatch", "meta/info.json") in _errors(out)
+
+
+def test_the_manifest_records_every_meta_file_finalize_wrote(small_compiled):
+    recorded = json.loads((small_compiled / MANIFEST_NAME).read_text())["meta_files"]
+    written = sorted(str(p.relative_to(small_compiled)) for p in (small_compiled / "meta").rglob("*") if p.is_file())
+    assert sorted(recorded) == written and "meta/stats.json" in recorded
+    for rel, digest in recorded.items():
+        assert hashlib.sha256((small_compiled / rel).read_bytes()).hexdigest() == digest
+
+
+def test_edited_stats_fail_validate_and_the_reader(out):
+    """stats.json has no counterpart in roboreel.json, yet lerobot-train normalizes every feature with it: a
+    changed mean (valid JSON, every other file intact) used to pass validate and reach the policy."""
+    _edit_json(out / "meta/stats.json", lambda st: st["action"].update(mean=[v + 1.0 for v in st["action"]["mean"]]))
+    assert _errors(out) == [("meta-checksum", "meta/stats.json")]
+    with pytest.raises(CompiledFormatError, match="sha256 differs") as err:
+        _ = CompiledDataset(str(out)).meta.stats
+    assert err.value.file == "meta/stats.json"
+
+
+def test_a_recorded_stats_file_removed_is_an_error_not_no_stats(out):
+    (out / "meta/stats.json").unlink()
+    assert ("meta-missing", "meta/stats.json") in _errors(out)
+    with pytest.raises(CompiledFormatError, match="records this file, but it is not there"):
+        _ = CompiledDataset(str(out)).meta.stats
+
+
+def test_a_manifest_without_meta_files_reads_and_validates_as_before(out):
+    """Compiles from before roboreel recorded meta/ checksums have no ``meta_files``: nothing to check there."""
+    _edit_json(out / MANIFEST_NAME, lambda m: m.pop("meta_files"))
+    assert _errors(out) == []
+    assert CompiledDataset(str(out)).meta.stats["action"]["mean"].dtype.kind == "f"
+
+
+@pytest.mark.parametrize("bad", [{"meta/stats.json": "abc"}, {"data/x.parquet": "0" * 64}, ["meta/stats.json"]])
+def test_malformed_meta_files_refuse_the_manifest(out, bad):
+    _edit_json(out / MANIFEST_NAME, lambda m: m.update(meta_files=bad))
+    with pytest.raises(CompiledFormatError, match="meta_files"):
+        CompiledDataset(str(out))

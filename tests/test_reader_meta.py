@@ -137,6 +137,9 @@ def test_meta_reads_retry_transient_faults(small_compiled):
 def test_a_dataset_without_stats_has_none(small_compiled, tmp_path):
     root = tmp_path / "c"
     shutil.copytree(small_compiled, root)
-    (root / "meta/stats.json").unlink()
+    (root / "meta/stats.json").unlink()  # as a compile of a source without stats writes it: none recorded either
+    doc = json.loads((root / "roboreel.json").read_text())
+    del doc["meta_files"]["meta/stats.json"]
+    (root / "roboreel.json").write_text(json.dumps(doc))
     meta = CompiledDataset(str(root)).meta
     assert meta.stats is None and meta.fps == 20

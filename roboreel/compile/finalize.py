@@ -12,6 +12,7 @@ video_path yields a plain LeRobot dataset. A ``roboreel/shard`` column says whic
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 from typing import Any
@@ -250,19 +251,23 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         "video_path": v3.DEFAULT_VIDEO_PATH if cams else None,
         "features": features,
     }
-    atomic_write(os.path.join(out, v3.INFO_PATH), (json.dumps(new_info, indent=4) + "\n").encode())
+    meta_files: dict[str, str] = {}  # what roboreel.json records of meta/ (validate and the reader check it)
+
+    def put(rel: str, data: bytes) -> None:
+        atomic_write(os.path.join(out, rel), data)
+        meta_files[rel] = hashlib.sha256(data).hexdigest()
+
+    put(v3.INFO_PATH, (json.dumps(new_info, indent=4) + "\n").encode())
     with snap.open(v3.TASKS_PATH) as f:
-        atomic_write(os.path.join(out, v3.TASKS_PATH), f.read())
+        put(v3.TASKS_PATH, f.read())
     if settings.transforms:  # what was kept differs from the source: stats of the compiled frames and rows
-        atomic_write(os.path.join(out, v3.STATS_PATH),
-                     (json.dumps(dataset_stats(cameras.stats, info.features), indent=4) + "\n").encode())
+        put(v3.STATS_PATH, (json.dumps(dataset_stats(cameras.stats, info.features), indent=4) + "\n").encode())
     elif snap.exists(v3.STATS_PATH):
         with snap.open(v3.STATS_PATH) as f:
-            atomic_write(os.path.join(out, v3.STATS_PATH), f.read())
+            put(v3.STATS_PATH, f.read())
     episodes = _episodes_table(snap, lock, ids, shard_of, info.camera_keys, fps, step,
                                cameras.stats if settings.transforms else None)
-    atomic_write(os.path.join(out, v3.EPISODES_PATH.format(chunk_index=0, file_index=0)),
-                 table_to_parquet_bytes(episodes))
+    put(v3.EPISODES_PATH.format(chunk_index=0, file_index=0), table_to_parquet_bytes(episodes))
 
     manifest = Manifest(
         fps=fps,
@@ -276,6 +281,7 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         created_by=f"roboreel {__version__}",
         index_files=descriptor,
         index=FileIndex(out, descriptor),
+        meta_files=meta_files,
     )
     write_manifest(out, manifest)  # the publication: one rename (formats/atomic.py)
     remove_unused(out, keep=set(cameras.tars) | {descriptor["shards"]["path"]} | {r["path"] for r in

@@ -63,8 +63,11 @@ class Manifest:
                  episodes: list[EpisodeEntry] | None = None, source: dict[str, Any] | None = None,
                  settings: dict[str, Any] | None = None, created_by: str = "", format: str = FORMAT_NAME,
                  format_version: int = FORMAT_VERSION, index_files: dict[str, Any] | None = None,
-                 index: Index | None = None) -> None:
+                 index: Index | None = None, meta_files: dict[str, str] | None = None) -> None:
         self.fps, self.features, self.cameras, self.tasks = fps, features, cameras, tasks
+        # meta/ path -> sha256 of the bytes finalize wrote (empty: written before roboreel recorded them). meta/ is
+        # what LeRobot and lerobot-train read (stats.json normalizes every feature), and nothing else covers it.
+        self.meta_files = dict(meta_files or {})
         self.source, self.settings = dict(source or {}), dict(settings or {})
         self.created_by, self.format, self.format_version = created_by, format, format_version
         self.index_files = index_files
@@ -161,6 +164,7 @@ class Manifest:
             "fps": self.fps, "features": self.features, "cameras": [asdict(c) for c in self.cameras],
             "tasks": [{"task_index": int(k), "task": v} for k, v in sorted(self.tasks.items())],
             "source": self.source, "settings": self.settings, "index": self.index_files,
+            **({"meta_files": self.meta_files} if self.meta_files else {}),
         }
 
     def to_json(self) -> str:
@@ -198,6 +202,7 @@ class Manifest:
                 settings=_obj(d.get("settings", {}), "settings"),
                 created_by=d.get("created_by", ""),
                 format_version=version,
+                meta_files=_check_meta_files(d.get("meta_files", {})),
             )
             if version == 1:
                 m = cls(**common,
@@ -235,6 +240,19 @@ class Manifest:
         except (ValueError, RecursionError) as e:  # RecursionError: absurdly deep nesting
             raise CompiledFormatError(f"manifest is not valid JSON: {e}", file=file) from e
         return cls.from_dict(d, file=file, root=root, storage_options=storage_options)
+
+
+def _check_meta_files(d: Any) -> dict[str, str]:
+    """``meta_files``: meta/ paths to sha256 hex digests (a string where a digest belongs fails here, not in a
+    comparison that would call every file changed)."""
+    files = _obj(d, "meta_files")
+    for rel, digest in files.items():
+        if not rel.startswith("meta/") or ".." in rel.split("/"):
+            raise ValueError(f"meta_files names {rel!r}, not a file under meta/")
+        _check_value(digest, "str", f"meta_files[{rel!r}]")
+        if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
+            raise ValueError(f"meta_files[{rel!r}] is not a sha256 hex digest: {digest!r:.80}")
+    return dict(files)
 
 
 def _check_descriptor(d: Any) -> dict[str, Any]:

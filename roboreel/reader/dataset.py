@@ -223,7 +223,7 @@ class CompiledDataset(EpochState, IterableDataset):
         """LeRobot-shaped metadata (``LeRobotDatasetMetadata``'s fields), read from meta/ on first use."""
         if self._meta is None:
             self._meta = DatasetMeta(self.url, storage_options=self.store.storage_options, retries=self.retries,
-                                     backoff_s=self.backoff_s)
+                                     backoff_s=self.backoff_s, checksums=self.manifest.meta_files)
         return self._meta
 
     @property

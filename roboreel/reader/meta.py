@@ -16,6 +16,7 @@ have been edited, and drops the episode and task tables, which grow with the dat
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from roboreel.formats.depth import depth_keys, stats_factor
-from roboreel.formats.errors import SourceError
+from roboreel.formats.errors import CompiledFormatError, SourceError
 from roboreel.formats.lerobot_v3 import (
     EPISODES_PATH,
     INFO_PATH,
@@ -181,11 +182,15 @@ class DatasetMeta(FeatureKeys):
         storage_options: fsspec options (the dataset's; http(s) gets the reader's per-read timeout unless set).
         repo_id: the name LeRobot shows for the dataset (model cards, logs); default: the root's last path part.
         retries, backoff_s: transient read faults retried per file, as the reader's (StreamOptions).
+        checksums: meta/ path -> sha256 that roboreel.json recorded at compile time (``Manifest.meta_files``):
+            info.json and stats.json are checked when read, so an edited or damaged stats.json fails here instead
+            of normalizing a policy with other numbers (validate checks every meta/ file).
     """
 
     def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None, repo_id: str | None = None,
-                 retries: int = 5, backoff_s: float = 0.2) -> None:
+                 retries: int = 5, backoff_s: float = 0.2, checksums: dict[str, str] | None = None) -> None:
         self.url = str(url)
+        self.checksums = dict(checksums or {})
         self.storage_options = http_defaults(self.url, storage_options)  # a per-read timeout over http(s)
         self.repo_id = repo_id or (self.url.rstrip("/").rsplit("/", 1)[-1] or self.url)
         self.retries, self.backoff_s = retries, backoff_s
@@ -214,8 +219,16 @@ class DatasetMeta(FeatureKeys):
             # that both failed with a FileNotFoundError, which is a busy server when the GET got a 503; raised,
             # it is retried by ``_read`` with the dataset's budget like any other fault of a meta/ read.
             if missing_ok and isinstance(e.__cause__, FileNotFoundError) and not is_transient(e):
+                if rel in self.checksums:
+                    raise CompiledFormatError("roboreel.json records this file, but it is not there (run roboreel "
+                                              "validate)", file=rel) from e
                 return None
             raise
+        want = self.checksums.get(rel)
+        if want is not None and hashlib.sha256(text).hexdigest() != want:
+            raise CompiledFormatError("sha256 differs from the one roboreel.json recorded at compile time: the file "
+                                      "was edited or damaged since (run roboreel validate; recompile, or restore it)",
+                                      file=rel)
         try:
             return json.loads(text)
         except ValueError as e:

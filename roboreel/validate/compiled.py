@@ -284,6 +284,7 @@ def _has(m: mf.Manifest, ep: int) -> bool:
 def check_meta(root: Root, m: mf.Manifest, report: Report, *, progress: bool, fast: bool = False) -> None:
     """The LeRobot v3 view (meta/ + data/) passes the source checks and agrees with the manifest, down to the
     values of every episode's rows (hashed like the shard records, unless ``fast``)."""
+    _check_meta_files(root, m, report)
     if not root.exists(INFO_PATH):
         report.warning("meta-missing", "no meta/info.json: data/ is not readable as a LeRobot dataset", file=INFO_PATH)
         return
@@ -310,6 +311,22 @@ def check_meta(root: Root, m: mf.Manifest, report: Report, *, progress: bool, fa
                      episodes=extra)
     if not fast:
         _check_data_digests(root, m, ours, report)
+
+
+def _check_meta_files(root: Root, m: mf.Manifest, report: Report) -> None:
+    """Each meta/ file hashes to what finalize recorded in roboreel.json (``meta_files``). The cross-checks below
+    compare what both sides state; stats.json has no counterpart in roboreel.json, yet lerobot-train normalizes
+    every feature with it, so an edit or a partial copy of it would change training silently."""
+    for rel, want in sorted(m.meta_files.items()):
+        try:
+            with root.open(rel) as f:
+                got = hashlib.sha256(f.read()).hexdigest()
+        except FileNotFoundError:
+            report.error("meta-missing", "roboreel.json records this meta/ file, but it is not there", file=rel)
+            continue
+        if got != want:
+            report.error("meta-checksum", "sha256 differs from the one roboreel.json recorded at compile time "
+                         "(edited or damaged since)", file=rel)
 
 
 def _check_meta_header(root: Root, m: mf.Manifest, info: SourceInfo, report: Report) -> None:

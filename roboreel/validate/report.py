@@ -69,7 +69,9 @@ CODES: dict[str, str] = {
     "video-rotation": "an mp4's frames carry a display rotation (LeRobot returns them rotated)",
     "video-fps-mismatch": "an mp4's frames are not 1/fps apart (its frame rate disagrees with info.json's fps)",
     # compiled
-    "meta-missing": "a compiled dataset without meta/info.json (LeRobot cannot open its data/)",
+    "meta-missing": "a compiled dataset without meta/info.json (LeRobot cannot open its data/), or without a meta/ "
+                    "file roboreel.json records",
+    "meta-checksum": "a meta/ file's sha256 differs from the one roboreel.json recorded (stats.json: normalization)",
     "meta-manifest-mismatch": "meta/episodes and roboreel.json disagree on an episode's length or indices",
     "manifest-inconsistent": "roboreel.json or its index contradicts itself (shard numbers, episode lists, ranges)",
     "shard-missing": "a shard listed in the manifest does not exist",
