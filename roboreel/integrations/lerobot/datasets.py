@@ -165,7 +165,8 @@ def resume(dataset: CompiledDataset, cfg: Any) -> None:
     (whole batches per worker), so step ``s`` is batch ``s % per_epoch`` of epoch ``s // per_epoch``. The state
     is the loader form ("batches" delivered this epoch, with lerobot-train's batch size and workers), which both
     loaders resume from: the DataLoader through the dataset, the stage loader (loading.StageLoader) through
-    ``DeviceLoader.load_state_dict``, so it also counts its batches on from there."""
+    ``DeviceLoader.load_state_dict``, so it also counts its batches on from there. A batch size, world size or
+    worker count other than the checkpoint's is refused (each worker reads its own stream)."""
     from lerobot.common.train_utils import (
         load_training_batch_size,
         load_training_num_processes,
@@ -176,8 +177,12 @@ def resume(dataset: CompiledDataset, cfg: Any) -> None:
     checkpoint = Path(cfg.checkpoint_path)
     step = load_training_step(checkpoint / TRAINING_STATE_DIR)
     world_size = detect_rank(dataset.rank, dataset.world_size)[1]
-    saved = {"batch_size": load_training_batch_size(checkpoint), "num_processes": load_training_num_processes(checkpoint)}
-    now = {"batch_size": cfg.batch_size, "num_processes": world_size}
+    saved = {"batch_size": load_training_batch_size(checkpoint),
+             "num_processes": load_training_num_processes(checkpoint),
+             "num_workers": saved_num_workers(checkpoint)}
+    now = {"batch_size": cfg.batch_size, "num_processes": world_size, "num_workers": cfg.num_workers}
+    if saved["num_workers"] is not None and max(1, saved["num_workers"]) == max(1, now["num_workers"]):
+        saved["num_workers"] = now["num_workers"]  # 0 and 1 read one stream: the same order
     differ = {k: (saved[k], now[k]) for k in saved if saved[k] is not None and saved[k] != now[k]}
     if differ:
         raise ValueError(f"{checkpoint} was written with {', '.join(f'{k}={v[0]}' for k, v in differ.items())}; "
@@ -189,3 +194,22 @@ def resume(dataset: CompiledDataset, cfg: Any) -> None:
     loader = SimpleNamespace(batch_size=cfg.batch_size, drop_last=False, num_workers=cfg.num_workers)
     dataset.load_state_dict(dataset.state_dict(batches=batches, loader=loader))
     logger.info("roboreel: resuming the data stream at epoch %d, batch %d (step %d)", epoch, batches, step)
+
+
+def saved_num_workers(checkpoint: Path) -> int | None:
+    """``--num_workers`` of the run that wrote ``checkpoint`` (its ``pretrained_model/train_config.json``), or
+    None where that file or value is absent. Each DataLoader worker reads its own stream, so the order of an
+    epoch depends on the worker count: resuming with another one would repeat and skip samples of that
+    epoch, and ``--num_workers`` given with ``--resume`` overrides the checkpoint's value without a word from
+    LeRobot."""
+    import json
+
+    from lerobot.configs.train import TRAIN_CONFIG_NAME
+    from lerobot.utils.constants import PRETRAINED_MODEL_DIR
+
+    try:
+        config = json.loads((checkpoint / PRETRAINED_MODEL_DIR / TRAIN_CONFIG_NAME).read_text())
+        value = config.get("num_workers") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
