@@ -43,6 +43,8 @@ def make_train_eval_datasets(cfg: Any, *, weights: Sequence[float] | str | None 
     from lerobot.datasets.factory import resolve_delta_timestamps
 
     data = cfg.dataset
+    if cfg.resume:
+        check_resumed_options(Path(cfg.checkpoint_path), mixture_options(weights, mixture, pad))
     roots = [r.strip() for r in str(data.root or "").split(",") if r.strip()]
     if len(roots) > 1 or weights is not None or mixture is not None or pad is not None:
         spec = read_mixture_file(mixture) if mixture is not None else {}
@@ -213,3 +215,44 @@ def saved_num_workers(checkpoint: Path) -> int | None:
     except (OSError, ValueError):
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# in a checkpoint's training_state/, next to LeRobot's training_step.json
+OPTIONS_FILE = "roboreel_options.json"
+
+
+def mixture_options(weights: Sequence[float] | str | None, mixture: str | None,
+                    pad: str | None) -> dict[str, Any]:
+    """The ``--roboreel.*`` options that choose what a run reads (JSON-ready): LeRobot does not save them in
+    its train_config.json, so a resume that leaves one out would read another stream without a word."""
+    listed = list(weights) if isinstance(weights, tuple | list) else weights
+    return {"weights": listed, "remap": mixture, "pad": pad}
+
+
+def save_options(checkpoint: Path, options: dict[str, Any]) -> None:
+    """Write ``options`` (mixture_options) into ``checkpoint``'s training_state/, for ``--resume`` to
+    compare."""
+    import json
+
+    from lerobot.utils.constants import TRAINING_STATE_DIR
+
+    (checkpoint / TRAINING_STATE_DIR / OPTIONS_FILE).write_text(json.dumps(options, sort_keys=True) + "\n")
+
+
+def check_resumed_options(checkpoint: Path, options: dict[str, Any]) -> None:
+    """Refuse a ``--resume`` whose ``--roboreel.weights`` / ``remap`` / ``pad`` differ from the checkpointed
+    run's (a checkpoint written without them, by an older roboreel, is not checked)."""
+    import json
+
+    from lerobot.utils.constants import TRAINING_STATE_DIR
+
+    try:
+        saved = json.loads((checkpoint / TRAINING_STATE_DIR / OPTIONS_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    names = {"weights": "--roboreel.weights", "remap": "--roboreel.remap", "pad": "--roboreel.pad"}
+    differ = [f"{names[k]}={saved.get(k)} (this run: {options[k]})" for k in names
+              if saved.get(k) != options[k]]
+    if differ:
+        raise ValueError(f"{checkpoint} was written with {', '.join(differ)}: roboreel's options are not in "
+                         "LeRobot's train_config.json; pass the checkpointed run's again with --resume")
