@@ -96,6 +96,33 @@ def test_resume_continues_after_the_checkpointed_step(lerobot_pair, tmp_path):
         roboreel_datasets(cfg)
 
 
+
+def test_resume_refuses_another_worker_count(lerobot_pair, tmp_path):
+    """Each DataLoader worker reads its own stream, so an epoch's order depends on the worker count; LeRobot
+    lets ``--num_workers`` with ``--resume`` override the checkpoint's, which would repeat and skip
+    samples."""
+    _, compiled = lerobot_pair
+    (tmp_path / "training_state").mkdir()
+    (tmp_path / "training_state/training_step.json").write_text(
+        json.dumps({"step": 3, "num_processes": 1, "batch_size": BATCH}))
+    (tmp_path / "pretrained_model").mkdir()
+    cfg = _cfg(compiled, resume=True)
+    cfg.checkpoint_path = tmp_path
+    for saved, now in ((2, 0), (0, 2), (2, 3)):
+        (tmp_path / "pretrained_model/train_config.json").write_text(json.dumps({"num_workers": saved}))
+        cfg.num_workers = now
+        want = f"written with num_workers={saved}; this run has num_workers={now}"
+        with pytest.raises(ValueError, match=want):
+            roboreel_datasets(cfg)
+    stream = [batch_indices(b) for b in _epoch(roboreel_datasets(_cfg(compiled))[0], 0)]
+    for saved, now in ((1, 0), (0, 1), (2, 2)):  # 0 and 1 workers read one stream
+        (tmp_path / "pretrained_model/train_config.json").write_text(json.dumps({"num_workers": saved}))
+        cfg.num_workers = now
+        resumed, _ = roboreel_datasets(cfg)
+        if now < 2:
+            got = [batch_indices(b) for b in torch.utils.data.DataLoader(resumed, batch_size=BATCH)]
+            assert got == stream[3:]
+
 def _epoch(ds, epoch, **kw):
     ds.set_epoch(epoch)
     return list(torch.utils.data.DataLoader(ds, batch_size=BATCH, **kw))

@@ -172,6 +172,10 @@ def test_a_weighted_mixture_of_two_roots_trains_and_resumes(lerobot_pair, tmp_pa
     _ok(resumed)
     assert "resuming the data stream at epoch 0, batch 2 (step 2)" in resumed.log
     assert _drawn(resumed) == want[2:3]
+    # --roboreel.weights is not in LeRobot's train_config.json: a resume without it would read another stream
+    forgot = run_train([f"--config_path={config}", "--resume=true", "--steps=3"], tmp_path / "without-weights")
+    assert forgot.returncode != 0 and not forgot.batches()
+    assert "was written with --roboreel.weights=[0.7, 0.3] (this run: None)" in forgot.log
 
 
 def test_accelerate_two_processes_read_a_mixture_in_equal_steps(lerobot_pair, tmp_path):

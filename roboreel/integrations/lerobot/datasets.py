@@ -43,6 +43,8 @@ def make_train_eval_datasets(cfg: Any, *, weights: Sequence[float] | str | None 
     from lerobot.datasets.factory import resolve_delta_timestamps
 
     data = cfg.dataset
+    if cfg.resume:
+        check_resumed_options(Path(cfg.checkpoint_path), mixture_options(weights, mixture, pad))
     roots = [r.strip() for r in str(data.root or "").split(",") if r.strip()]
     if len(roots) > 1 or weights is not None or mixture is not None or pad is not None:
         spec = read_mixture_file(mixture) if mixture is not None else {}
@@ -165,7 +167,8 @@ def resume(dataset: CompiledDataset, cfg: Any) -> None:
     (whole batches per worker), so step ``s`` is batch ``s % per_epoch`` of epoch ``s // per_epoch``. The state
     is the loader form ("batches" delivered this epoch, with lerobot-train's batch size and workers), which both
     loaders resume from: the DataLoader through the dataset, the stage loader (loading.StageLoader) through
-    ``DeviceLoader.load_state_dict``, so it also counts its batches on from there."""
+    ``DeviceLoader.load_state_dict``, so it also counts its batches on from there. A batch size, world size or
+    worker count other than the checkpoint's is refused (each worker reads its own stream)."""
     from lerobot.common.train_utils import (
         load_training_batch_size,
         load_training_num_processes,
@@ -176,8 +179,12 @@ def resume(dataset: CompiledDataset, cfg: Any) -> None:
     checkpoint = Path(cfg.checkpoint_path)
     step = load_training_step(checkpoint / TRAINING_STATE_DIR)
     world_size = detect_rank(dataset.rank, dataset.world_size)[1]
-    saved = {"batch_size": load_training_batch_size(checkpoint), "num_processes": load_training_num_processes(checkpoint)}
-    now = {"batch_size": cfg.batch_size, "num_processes": world_size}
+    saved = {"batch_size": load_training_batch_size(checkpoint),
+             "num_processes": load_training_num_processes(checkpoint),
+             "num_workers": saved_num_workers(checkpoint)}
+    now = {"batch_size": cfg.batch_size, "num_processes": world_size, "num_workers": cfg.num_workers}
+    if saved["num_workers"] is not None and max(1, saved["num_workers"]) == max(1, now["num_workers"]):
+        saved["num_workers"] = now["num_workers"]  # 0 and 1 read one stream: the same order
     differ = {k: (saved[k], now[k]) for k in saved if saved[k] is not None and saved[k] != now[k]}
     if differ:
         raise ValueError(f"{checkpoint} was written with {', '.join(f'{k}={v[0]}' for k, v in differ.items())}; "
@@ -189,3 +196,63 @@ def resume(dataset: CompiledDataset, cfg: Any) -> None:
     loader = SimpleNamespace(batch_size=cfg.batch_size, drop_last=False, num_workers=cfg.num_workers)
     dataset.load_state_dict(dataset.state_dict(batches=batches, loader=loader))
     logger.info("roboreel: resuming the data stream at epoch %d, batch %d (step %d)", epoch, batches, step)
+
+
+def saved_num_workers(checkpoint: Path) -> int | None:
+    """``--num_workers`` of the run that wrote ``checkpoint`` (its ``pretrained_model/train_config.json``), or
+    None where that file or value is absent. Each DataLoader worker reads its own stream, so the order of an
+    epoch depends on the worker count: resuming with another one would repeat and skip samples of that
+    epoch, and ``--num_workers`` given with ``--resume`` overrides the checkpoint's value without a word from
+    LeRobot."""
+    import json
+
+    from lerobot.configs.train import TRAIN_CONFIG_NAME
+    from lerobot.utils.constants import PRETRAINED_MODEL_DIR
+
+    try:
+        config = json.loads((checkpoint / PRETRAINED_MODEL_DIR / TRAIN_CONFIG_NAME).read_text())
+        value = config.get("num_workers") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# in a checkpoint's training_state/, next to LeRobot's training_step.json
+OPTIONS_FILE = "roboreel_options.json"
+
+
+def mixture_options(weights: Sequence[float] | str | None, mixture: str | None,
+                    pad: str | None) -> dict[str, Any]:
+    """The ``--roboreel.*`` options that choose what a run reads (JSON-ready): LeRobot does not save them in
+    its train_config.json, so a resume that leaves one out would read another stream without a word."""
+    listed = list(weights) if isinstance(weights, tuple | list) else weights
+    return {"weights": listed, "remap": mixture, "pad": pad}
+
+
+def save_options(checkpoint: Path, options: dict[str, Any]) -> None:
+    """Write ``options`` (mixture_options) into ``checkpoint``'s training_state/, for ``--resume`` to
+    compare."""
+    import json
+
+    from lerobot.utils.constants import TRAINING_STATE_DIR
+
+    (checkpoint / TRAINING_STATE_DIR / OPTIONS_FILE).write_text(json.dumps(options, sort_keys=True) + "\n")
+
+
+def check_resumed_options(checkpoint: Path, options: dict[str, Any]) -> None:
+    """Refuse a ``--resume`` whose ``--roboreel.weights`` / ``remap`` / ``pad`` differ from the checkpointed
+    run's (a checkpoint written without them, by an older roboreel, is not checked)."""
+    import json
+
+    from lerobot.utils.constants import TRAINING_STATE_DIR
+
+    try:
+        saved = json.loads((checkpoint / TRAINING_STATE_DIR / OPTIONS_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    names = {"weights": "--roboreel.weights", "remap": "--roboreel.remap", "pad": "--roboreel.pad"}
+    differ = [f"{names[k]}={saved.get(k)} (this run: {options[k]})" for k in names
+              if saved.get(k) != options[k]]
+    if differ:
+        raise ValueError(f"{checkpoint} was written with {', '.join(differ)}: roboreel's options are not in "
+                         "LeRobot's train_config.json; pass the checkpointed run's again with --resume")

@@ -1,6 +1,8 @@
 """Run LeRobot's own ``lerobot-train`` with roboreel's dataset: two names patched for the duration of the run.
 
-1. ``lerobot.scripts.lerobot_train.make_train_eval_datasets`` (the name the script imported) -> datasets.py.
+1. ``lerobot.scripts.lerobot_train.make_train_eval_datasets`` (the name the script imported) -> datasets.py;
+   its ``save_checkpoint`` also writes roboreel's own options into the checkpoint (``--resume`` compares
+   them).
 2. ``accelerate.Accelerator.prepare_data_loader``, for a DataLoader over a ``CompiledDataset`` only: accelerate
    would either make rank 0 read everything and broadcast slices (``dispatch_batches``, its default for an
    IterableDataset) or make every rank read everything and keep a slice (``IterableDatasetShard``). A
@@ -16,6 +18,7 @@ import logging
 import sys
 from collections.abc import Iterator, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from roboreel.integrations.lerobot.options import LoaderOptions
@@ -43,7 +46,7 @@ def patched(options: LoaderOptions | None = None) -> Iterator[None]:
     import lerobot.scripts.lerobot_train as script
     from accelerate.data_loader import prepare_data_loader
 
-    from roboreel.integrations.lerobot.datasets import make_train_eval_datasets
+    from roboreel.integrations.lerobot.datasets import make_train_eval_datasets, mixture_options, save_options
     from roboreel.integrations.lerobot.loading import StageLoader, stage_unsupported
     from roboreel.reader.dataset import CompiledDataset
     from roboreel.reader.mixture import MixtureDataset
@@ -75,14 +78,22 @@ def patched(options: LoaderOptions | None = None) -> Iterator[None]:
         self._dataloaders.append(prepared)
         return prepared
 
+    original_save = script.save_checkpoint
+
+    def save_checkpoint(checkpoint_dir: Any, *args: Any, **kwargs: Any) -> None:
+        original_save(checkpoint_dir, *args, **kwargs)
+        save_options(Path(checkpoint_dir), mixture_options(options.weights, options.mixture, options.pad))
+
     saved_factory = script.make_train_eval_datasets
     script.make_train_eval_datasets = partial(make_train_eval_datasets, weights=options.weights,
                                               mixture=options.mixture, pad=options.pad)
+    script.save_checkpoint = save_checkpoint
     accelerate.Accelerator.prepare_data_loader = prepare
     try:
         yield
     finally:
         script.make_train_eval_datasets = saved_factory
+        script.save_checkpoint = original_save
         accelerate.Accelerator.prepare_data_loader = original_prepare
 
 
