@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.lengths import Lengths
+from roboreel.formats.parquetio import read_parquet_table
 
 INDEX_DIR = "index"
 SHARDS_PATH = "index/shards.parquet"
@@ -304,7 +305,7 @@ class FileIndex(Index):
             fs, root = self._resolve()
             try:
                 with fs.open(root + "/" + rel, "rb") as f:
-                    return pq.read_table(f, columns=columns)
+                    return read_parquet_table(f, columns=columns)
             except FileNotFoundError as e:
                 raise CompiledFormatError(self._missing(), file=self.where(rel)) from e
             except (pa.ArrowException, OSError) as e:
@@ -339,7 +340,7 @@ class FileIndex(Index):
             if i not in self._files:
                 fs, root = self._resolve()
                 self._files[i] = pq.ParquetFile(fs.open(root + "/" + rel, "rb"))
-            return self._files[i].read_row_group(local)
+            return self._files[i].read_row_group(local, use_threads=False)
         except FileNotFoundError as e:
             raise CompiledFormatError(self._missing(), file=self.where(rel)) from e
         except (pa.ArrowException, OSError) as e:

@@ -23,7 +23,6 @@ from typing import IO, Any, TypeVar
 import fsspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from roboreel.formats.errors import SourceError, SourceReadError
 from roboreel.formats.lerobot_v3_layout import (
@@ -43,6 +42,7 @@ from roboreel.formats.lerobot_v3_layout import (
     VideoSpan,
     numbered_episode_files,
 )
+from roboreel.formats.parquetio import read_parquet_table
 from roboreel.formats.transient import DEFAULT_BACKOFF_S, open_file, retrying
 
 __all__ = [  # the layout names are re-exported: callers use them as lerobot_v3.<name>
@@ -78,7 +78,7 @@ def read_parquet(fs: fsspec.AbstractFileSystem, path: str, rel: str, columns: li
     ``episode``, the one the caller was reading it for); ``retries``: see ``open_file``."""
     try:
         with open_file(fs, path, rel, retries=retries, backoff_s=backoff_s, episode=episode) as f:
-            return pq.read_table(f, columns=columns)
+            return read_parquet_table(f, columns=columns)
     except FileNotFoundError as e:
         raise SourceError("missing file", file=rel, episode=episode) from e
     except (pa.ArrowInvalid, OSError) as e:

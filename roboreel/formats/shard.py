@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from roboreel.formats.digest import rows_digest  # noqa: F401  (re-exported: records and data/ share it)
 from roboreel.formats.errors import CompiledFormatError
+from roboreel.formats.parquetio import read_parquet_table
 
 SHARD_DIR = "shards"
 KEY_DIGITS = 6
@@ -82,7 +83,7 @@ def parquet_bytes_to_table(data: bytes) -> pa.Table:
     """An episode's rows. ``ParquetFile.read`` on the calling thread, not ``pq.read_table``: the dataset API and
     Arrow's thread pool cost 1.4-3.1 ms of CPU for a 75-row episode against 0.4-0.5 ms (docs/benchmarks.md), and
     every DataLoader worker reads one record per pooled episode. Same table, schema metadata included."""
-    return pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+    return read_parquet_table(pa.BufferReader(data))
 
 
 @dataclass

@@ -90,7 +90,7 @@ def load(root: Root, report: Report) -> mf.Manifest | None:
 def _check_rows(data: bytes, e: mf.EpisodeEntry, shard: str, report: Report, *, fast: bool, fps: int) -> None:
     try:
         pf = pq.ParquetFile(pa.BufferReader(data))
-        table = pf.read()
+        table = pf.read(use_threads=False)
     except (pa.ArrowException, OSError) as err:
         report.error("record-unreadable", f"rows parquet unreadable: {err}", file=shard, episode=e.index)
         return

@@ -33,7 +33,7 @@ def check_image_rowgroup(pf: pq.ParquetFile, rg: int, info: v3.SourceInfo, repor
     keys = [k for k in image_keys(info.features) if k in pf.schema_arrow.names]
     if not keys:
         return
-    table = pf.read_row_group(rg, columns=keys)
+    table = pf.read_row_group(rg, columns=keys, use_threads=False)
     for key in keys:
         where = {"file": file, "row_group": rg, "episodes": episodes or None}
         problem = image_problem(table.column(key))

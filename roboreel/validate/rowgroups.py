@@ -91,7 +91,8 @@ def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
                 return False
             for rg in range(pf.num_row_groups):
                 report.checked["row_groups"] += 1
-                table = pf.read_row_group(rg, columns=_KEYS + (["timestamp"] if "timestamp" in names else []))
+                table = pf.read_row_group(rg, columns=_KEYS + (["timestamp"] if "timestamp" in names else []),
+                                          use_threads=False)
                 if table.num_rows == 0:
                     continue
                 found = _segments(rel, rg, table, info.fps)
