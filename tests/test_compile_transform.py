@@ -222,6 +222,21 @@ def test_bad_options_are_refused_before_writing(pair, tmp_path):
     check_transform(features, 20, CompileSettings())  # no transform: parquet images are carried as they are
 
 
+def test_fps_at_the_source_rate_is_the_plain_compile(tmp_path):
+    """``--fps`` equal to the source's asks for nothing (k = 1): every byte, stats and settings included, is the
+    compile without it. It used to count as a transform, so the camera stats were recomputed from the decoded
+    (lossy) frames and replaced the recorder's, and roboreel.json / the lock said fps 20 instead of none."""
+    src = make_source(tmp_path / "src", episodes=2, min_length=5, max_length=7)
+    plain, same = tmp_path / "plain", tmp_path / "same"
+    compile_dataset(str(src), str(plain), settings=CompileSettings.for_tests(), workers=1)
+    compile_dataset(str(src), str(same), settings=CompileSettings.for_tests().replace(fps=20), workers=1)
+    files = sorted(p.relative_to(plain) for p in plain.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(same) for p in same.rglob("*") if p.is_file())
+    for rel in files:
+        assert (plain / rel).read_bytes() == (same / rel).read_bytes(), rel
+    assert (same / "meta/stats.json").read_bytes() == (src / "meta/stats.json").read_bytes()
+
+
 def test_depth_frames_resize_nearest_never_averaged():
     """A depth map's pixels are kept values of the source, never a mean of neighbours (nearest neighbour)."""
     rng = np.random.default_rng(0)

@@ -121,6 +121,10 @@ def compile_dataset(
     source = LeRobotSource(str(src), storage_options=storage_options, retries=retries, backoff_s=backoff_s)
     try:  # reads meta/, the data schemas, file sizes and checksums; OUT is not touched yet
         episodes = check_source(source)
+        if settings.fps is not None and settings.fps == source.fps:
+            # --fps at the source's rate asks for nothing: compile as without it, so the stats stay the source's
+            # (not recomputed from the decoded frames) and the OUT lock agrees with a run that left it out.
+            settings = settings.replace(fps=None)
         check_encodable(source, settings)
         est = estimate_episode_bytes(source, episodes, settings)
         plan = plan_shards(episodes, est, settings)
