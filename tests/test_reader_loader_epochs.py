@@ -174,3 +174,42 @@ def test_the_board_reaches_spawned_persistent_workers(compiled):
     for epoch in (0, 3):
         ds.set_epoch(epoch)
         assert_same_batches(list(dl), _want(compiled, epoch, num_workers=1))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_state_saved_before_the_first_batch_of_an_epoch_resumes_that_epoch_whole(compiled, num_workers):
+    """A trainer may save before iterating: after ``set_epoch`` for the next epoch, or right after
+    ``load_state_dict``. The state must name that epoch and what of it was returned: once it held the finished
+    epoch's batch count under the new epoch (workers: the resumed epoch came out empty) or batch 0 of a loaded
+    mid-epoch state (its first batches came out twice)."""
+    want1, want2 = _want(compiled, 1, num_workers=num_workers), _want(compiled, 2, num_workers=num_workers)
+    dl = roboreel.loader(_ds(compiled), batch_size=4, num_workers=num_workers, decode_threads=2)
+    dl.set_epoch(1)
+    assert sum(1 for _ in dl) == len(want1)
+    dl.set_epoch(2)
+    state = json.loads(json.dumps(dl.state_dict()))
+    assert (state["epoch"], state["batches"]) == (2, 0)
+    dl.close()
+    fresh = roboreel.loader(_ds(compiled), batch_size=4, num_workers=num_workers, decode_threads=2)
+    fresh.load_state_dict(state)
+    fresh.set_epoch(2)
+    _assert_same(list(fresh), want2)
+    fresh.close()
+
+    dl = roboreel.loader(_ds(compiled), batch_size=4, num_workers=num_workers, decode_threads=2)
+    dl.set_epoch(1)
+    it = iter(dl)
+    head = [next(it) for _ in range(3)]
+    mid = json.loads(json.dumps(dl.state_dict()))
+    del it
+    dl.close()
+    dl = roboreel.loader(_ds(compiled), batch_size=4, num_workers=num_workers, decode_threads=2)
+    dl.load_state_dict(mid)
+    dl.set_epoch(1)  # the loop's usual set_epoch at the resumed epoch keeps the resume point
+    saved = json.loads(json.dumps(dl.state_dict()))
+    assert (saved["epoch"], saved["batches"]) == (1, 3)
+    dl.close()
+    again = roboreel.loader(_ds(compiled), batch_size=4, num_workers=num_workers, decode_threads=2)
+    again.load_state_dict(saved)
+    _assert_same(head + list(again), want1)
+    again.close()

@@ -37,6 +37,9 @@ class EpochState:
         self._epoch, self._iters = int(epoch), 0
         if self._resume is not None and self._resume["epoch"] != self._epoch:
             self._resume = None
+        # The last iterator's place belongs to the epoch it read: a state saved now must name the epoch set here,
+        # at its start (or at the loaded resume point), not the finished one's position.
+        self._position = None
         self._post()
 
     @property

@@ -216,6 +216,11 @@ class DeviceLoader:
     def set_epoch(self, epoch: int) -> None:
         """``dataset.set_epoch``: call it at the start of every epoch, before iterating."""
         self.dataset.set_epoch(epoch)
+        # Nothing of the new epoch is returned yet, unless a loaded state resumes this very epoch: a state saved
+        # before the first batch must say so, or a resume would skip the finished epoch's batch count in it.
+        if self._resume is not None and self._resume[0] != int(epoch):
+            self._resume = None
+        self._batches = self._resume[1] if self._resume is not None else 0
 
     # -- resume ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -230,6 +235,7 @@ class DeviceLoader:
                              "state_dict(batches=..., loader=...)), not the in-process dataset.state_dict()")
         self.dataset.load_state_dict(state)
         self._resume = (int(state["epoch"]), int(state["batches"]))
+        self._batches = self._resume[1]  # saved again before iterating, the state is the loaded one, not batch 0
 
     # -- observability ---------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
