@@ -222,14 +222,19 @@ def test_bad_options_are_refused_before_writing(pair, tmp_path):
     check_transform(features, 20, CompileSettings())  # no transform: parquet images are carried as they are
 
 
-def test_fps_at_the_source_rate_is_the_plain_compile(tmp_path):
-    """``--fps`` equal to the source's asks for nothing (k = 1): every byte, stats and settings included, is the
-    compile without it. It used to count as a transform, so the camera stats were recomputed from the decoded
-    (lossy) frames and replaced the recorder's, and roboreel.json / the lock said fps 20 instead of none."""
+@pytest.mark.parametrize("asked", [{"fps": 20}, {"resize": (64, 64)},
+                                   {"resize_cameras": (("observation.images.top", 64, 64),)},
+                                   {"fps": 20, "resize": (64, 64)}], ids=["fps", "resize", "camera", "both"])
+def test_a_transform_to_what_the_source_is_is_the_plain_compile(tmp_path, asked):
+    """``--fps`` equal to the source's (k = 1), or ``--resize`` to the size every camera has, asks for nothing:
+    every byte, stats and settings included, is the compile without it. Either used to count as a transform, so
+    the camera stats were recomputed from the decoded (lossy) frames and replaced the recorder's, and
+    roboreel.json / the lock recorded the option, refusing a later run that left it out."""
     src = make_source(tmp_path / "src", episodes=2, min_length=5, max_length=7)
+    assert json.loads((src / "meta/info.json").read_text())["fps"] == 20
     plain, same = tmp_path / "plain", tmp_path / "same"
     compile_dataset(str(src), str(plain), settings=CompileSettings.for_tests(), workers=1)
-    compile_dataset(str(src), str(same), settings=CompileSettings.for_tests().replace(fps=20), workers=1)
+    compile_dataset(str(src), str(same), settings=CompileSettings.for_tests().replace(**asked), workers=1)
     files = sorted(p.relative_to(plain) for p in plain.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(same) for p in same.rglob("*") if p.is_file())
     for rel in files:

@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import time
+from typing import Any
 
 from roboreel.compile.clips import clip_done, remove_clips, remove_clips_dir, sweep_clip_temps
 from roboreel.compile.finalize import finalize as finalize_out
@@ -37,6 +38,7 @@ from roboreel.compile.outdir import (
     write_snapshot,
 )
 from roboreel.compile.plan import (
+    camera_hw,
     check_encodable,
     check_part,
     check_source,
@@ -80,6 +82,23 @@ def _local_out(out: str) -> str:
     return os.path.abspath(out)
 
 
+def drop_unasked(settings: CompileSettings, fps: int, features: dict[str, dict[str, Any]]) -> CompileSettings:
+    """``settings`` without a ``--fps`` equal to the source's, and without ``--resize`` when every camera it names
+    is already that size: they ask for nothing, so the compile is the plain one, byte for byte. Kept, they counted
+    as transforms: the camera stats were recomputed from the decoded (lossy) frames in place of the recorder's, the
+    clips re-encoded, and the OUT lock differed from a run that left them out. A dataset with image features keeps
+    its ``--resize`` (refused as before: a size for images is not supported)."""
+    if settings.fps is not None and settings.fps == fps:
+        settings = settings.replace(fps=None)
+    if settings.resize is not None or settings.resize_cameras:
+        videos = {k: camera_hw(f) for k, f in features.items() if f.get("dtype") == "video"}
+        images = any(f.get("dtype") == "image" for f in features.values())
+        named = all(key in videos for key, _, _ in settings.resize_cameras)
+        if videos and named and not images and all(settings.camera_size(k, hw) == hw for k, hw in videos.items()):
+            settings = settings.replace(resize=None, resize_cameras=())
+    return settings
+
+
 def compile_dataset(
     src: str,
     out: str,
@@ -121,10 +140,7 @@ def compile_dataset(
     source = LeRobotSource(str(src), storage_options=storage_options, retries=retries, backoff_s=backoff_s)
     try:  # reads meta/, the data schemas, file sizes and checksums; OUT is not touched yet
         episodes = check_source(source)
-        if settings.fps is not None and settings.fps == source.fps:
-            # --fps at the source's rate asks for nothing: compile as without it, so the stats stay the source's
-            # (not recomputed from the decoded frames) and the OUT lock agrees with a run that left it out.
-            settings = settings.replace(fps=None)
+        settings = drop_unasked(settings, source.fps, source.info.features)
         check_encodable(source, settings)
         est = estimate_episode_bytes(source, episodes, settings)
         plan = plan_shards(episodes, est, settings)
