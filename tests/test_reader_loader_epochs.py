@@ -213,3 +213,21 @@ def test_a_state_saved_before_the_first_batch_of_an_epoch_resumes_that_epoch_who
     again.load_state_dict(saved)
     _assert_same(head + list(again), want1)
     again.close()
+
+
+def test_a_state_from_another_batch_size_or_drop_last_is_refused(compiled):
+    """The loader counts batches on from the saved count: with another batch size, a state saved after the
+    resume put the stream at the wrong sample (samples skipped on the next resume), with no error."""
+    dl = roboreel.loader(_ds(compiled), batch_size=4, num_workers=0, decode_threads=2)
+    dl.set_epoch(1)
+    it = iter(dl)
+    for _ in range(3):
+        next(it)
+    state = json.loads(json.dumps(dl.state_dict()))
+    del it
+    dl.close()
+    for kw, name in (({"batch_size": 8}, "batch_size=4"), ({"batch_size": 4, "drop_last": True}, "drop_last=False")):
+        other = roboreel.loader(_ds(compiled), num_workers=0, decode_threads=2, **kw)
+        with pytest.raises(ValueError, match=name):
+            other.load_state_dict(state)
+        other.close()

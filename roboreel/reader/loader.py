@@ -233,6 +233,14 @@ class DeviceLoader:
         if "batches" not in state:
             raise ValueError("this state has no 'batches': save DeviceLoader.state_dict() (or the dataset's "
                              "state_dict(batches=..., loader=...)), not the in-process dataset.state_dict()")
+        saved = {"batch_size": state.get("batch_size"), "drop_last": state.get("drop_last")}
+        now = {"batch_size": self.dataloader.batch_size, "drop_last": bool(self.dataloader.drop_last)}
+        differ = [f"{k}={saved[k]} (this loader: {now[k]})" for k in now if saved[k] is not None and saved[k] != now[k]]
+        if differ:
+            # The state counts batches of the saved size: this loader would count its own on from there, and a
+            # state saved later would put the stream at the wrong sample (samples skipped or read twice).
+            raise ValueError(f"the state was saved by a loader with {', '.join(differ)}: resume with the same "
+                             "batch_size and drop_last")
         self.dataset.load_state_dict(state)
         self._resume = (int(state["epoch"]), int(state["batches"]))
         self._batches = self._resume[1]  # saved again before iterating, the state is the loaded one, not batch 0
