@@ -16,6 +16,7 @@ with other keys, sizes and fps made canonical by ``--roboreel.remap=FILE`` / ``-
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Sequence
@@ -204,8 +205,6 @@ def saved_num_workers(checkpoint: Path) -> int | None:
     epoch depends on the worker count: resuming with another one would repeat and skip samples of that
     epoch, and ``--num_workers`` given with ``--resume`` overrides the checkpoint's value without a word from
     LeRobot."""
-    import json
-
     from lerobot.configs.train import TRAIN_CONFIG_NAME
     from lerobot.utils.constants import PRETRAINED_MODEL_DIR
 
@@ -232,8 +231,6 @@ def mixture_options(weights: Sequence[float] | str | None, mixture: str | None,
 def save_options(checkpoint: Path, options: dict[str, Any]) -> None:
     """Write ``options`` (mixture_options) into ``checkpoint``'s training_state/, for ``--resume`` to
     compare."""
-    import json
-
     from lerobot.utils.constants import TRAINING_STATE_DIR
 
     (checkpoint / TRAINING_STATE_DIR / OPTIONS_FILE).write_text(json.dumps(options, sort_keys=True) + "\n")
@@ -242,8 +239,6 @@ def save_options(checkpoint: Path, options: dict[str, Any]) -> None:
 def check_resumed_options(checkpoint: Path, options: dict[str, Any]) -> None:
     """Refuse a ``--resume`` whose ``--roboreel.weights`` / ``remap`` / ``pad`` differ from the checkpointed
     run's (a checkpoint written without them, by an older roboreel, is not checked)."""
-    import json
-
     from lerobot.utils.constants import TRAINING_STATE_DIR
 
     try:
