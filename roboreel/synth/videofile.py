@@ -52,8 +52,13 @@ class VideoFileWriter:
         stream = self.container.add_stream(self.cfg.codec, rate=self.cfg.fps)
         stream.width, stream.height, stream.pix_fmt = self.cfg.width, self.cfg.height, self.cfg.pix_fmt
         opts = {"g": str(self.cfg.g), "crf": str(self.cfg.crf)}
-        if self.cfg.codec == "libsvtav1" and self.cfg.preset is not None:
-            opts["preset"] = str(self.cfg.preset)
+        if self.cfg.codec == "libsvtav1":
+            if self.cfg.preset is not None:
+                opts["preset"] = str(self.cfg.preset)
+            # One encoder thread: with SVT-AV1's own thread pool, what came back when depended on the host's load,
+            # and under heavy load a mux at the final flush failed now and then with EINVAL. A test fixture must
+            # come out the same on every run; at synthetic sizes one thread is no slower.
+            opts["svtav1-params"] = "lp=1"
         # Episodes start closed GOPs (forced keyframes are IDRs), as in LeRobot's files, where each episode is
         # encoded on its own and concatenated: no frame of an episode references the previous one.
         if self.cfg.codec == "libx264":
@@ -67,9 +72,9 @@ class VideoFileWriter:
 
     @property
     def frame_bytes(self) -> float:
-        """Estimated encoded bytes per frame. Rollover uses this, not the bytes muxed so far: SVT-AV1 is
-        multi-threaded, so how many packets have come back when an episode ends varies from run to run, and
-        the file layout must not. Measured here at LeRobot's settings: ~19:1 at 64x64, ~37:1 at 224x224."""
+        """Estimated encoded bytes per frame. Rollover uses this, not the bytes muxed so far: how many packets
+        an encoder has returned when an episode ends is its own business (lookahead, threads), and the file
+        layout must not depend on it. Measured here at LeRobot's settings: ~19:1 at 64x64, ~37:1 at 224x224."""
         return self.cfg.width * self.cfg.height * 1.5 / _COMPRESSION_ESTIMATE
 
     def add_episode(self, frames: list[np.ndarray]) -> tuple[int, int, float, float]:
