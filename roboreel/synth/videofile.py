@@ -57,7 +57,7 @@ class VideoFileWriter:
                 opts["preset"] = str(self.cfg.preset)
             # One encoder thread: with SVT-AV1's own thread pool, what came back when depended on the host's load,
             # and under heavy load a mux at the final flush failed now and then with EINVAL. A test fixture must
-            # come out the same on every run; at synthetic sizes one thread is no slower.
+            # come out the same on every run; at the sizes tests use (64x48) one thread was no slower.
             opts["svtav1-params"] = "lp=1"
         # Episodes start closed GOPs (forced keyframes are IDRs), as in LeRobot's files, where each episode is
         # encoded on its own and concatenated: no frame of an episode references the previous one.
