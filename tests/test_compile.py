@@ -22,6 +22,7 @@ from torchcodec.decoders import VideoDecoder
 
 from roboreel.compile import CompileSettings, compile_dataset, finalize
 from roboreel.compile.decode import SourceVideo
+from roboreel.compile.report import CompileReport
 from roboreel.compile.rowgroups import episode_row_groups
 from roboreel.compile.transcode import psnr, transcode_span
 from roboreel.formats.errors import CompiledFormatError
@@ -383,3 +384,12 @@ def test_rerun_removes_the_temp_of_a_lock_write_that_was_killed(small_source, sm
     stale.write_bytes(b'{"format": "roboreel-compile-lock", "ver')
     compile_dataset(str(small_source), str(out), settings=TEST)
     assert not stale.exists()
+
+
+def test_the_summary_says_why_it_has_no_psnr():
+    """Lossless clips only (depth maps, lossless image clips): no PSNR, and the summary says why."""
+    kw = dict(out="out", episodes=1, frames=4, shards=1, shards_total=1, shards_compiled=1, shards_skipped=0,
+              clips_encoded=2, clips_remuxed=0, bytes=100, psnr_mean=None, psnr_min=None, seconds=1.0,
+              frames_per_s=4.0, finalized=True)
+    assert "PSNR n/a (no lossy clips; 2 lossless)" in CompileReport(**kw, clips_lossless=2).summary()
+    assert "PSNR n/a (no re-encoded clips)" in CompileReport(**kw).summary()

@@ -73,6 +73,8 @@ def test_concatenation_reads_every_frame_of_every_dataset_once(pair):
         orders.append(keys)
     assert orders[0] != orders[1]
     assert list(samples[0])[-1] == "dataset_index"
+    with pytest.raises(TypeError, match="a mixture has no map-style access"):
+        ds[0]
 
 
 def test_weights_repeat_a_small_dataset_in_fresh_orders(pair):

@@ -74,6 +74,7 @@ class CompileReport:
 
     def summary(self) -> str:
         psnr = (f"PSNR mean {self.psnr_mean:.2f} dB, min {self.psnr_min:.2f} dB" if self.psnr_mean is not None
+                else f"PSNR n/a (no lossy clips; {self.clips_lossless} lossless)" if self.clips_lossless
                 else "PSNR n/a (no re-encoded clips)")
         part = f" (part {self.part[0]}/{self.part[1]})" if self.part else ""
         ratio = self.size_ratio

@@ -121,7 +121,7 @@ class MemberStream:
                     continue
                 planned = s.episode_lengths(ds.manifest.index.lengths)
                 for key, (shard, rec), length in zip(keys, reader.records([s]), planned, strict=True):
-                    _check_record(rec, int(length), ds.manifest.fps, shard_prefix + shard_paths[shard])
+                    check_record(rec, int(length), ds.manifest.fps, shard_prefix + shard_paths[shard])
                     ep = LoadedEpisode(rec, shard=shard_prefix + shard_paths[shard], tabular_keys=tabular,
                                        camera_keys=cameras, windows=ds.windows, tasks=ds.manifest.tasks,
                                        stream=key[3], images=images, transformed=transformed)
@@ -138,7 +138,7 @@ class MemberStream:
             self.prefetch.close()
 
 
-def _check_record(rec: Any, length: int, fps: int, shard: str) -> None:
+def check_record(rec: Any, length: int, fps: int, shard: str) -> None:
     """The record against what the epoch was planned from: the index's length (the plan emits that many frames:
     a shorter one silently cut the episode) and the manifest's fps (windows are offsets in seconds)."""
     if rec.length != length:

@@ -59,6 +59,7 @@ from roboreel.reader.plan.epoch import (
 from roboreel.reader.plan.frames import frame_offsets
 from roboreel.reader.plan.pool import PoolSchedule
 from roboreel.reader.plan.windows import delta_offsets
+from roboreel.reader.random_access import RandomAccess
 from roboreel.reader.stats import SharedCounters
 
 logger = logging.getLogger(__name__)
@@ -202,6 +203,7 @@ class CompiledDataset(EpochState, IterableDataset):
                                         keys=list(m.features)), delta_timestamps)
         self._stream_id = self._stream_fingerprint()
         self._counters = SharedCounters()
+        self._access: RandomAccess | None = None  # ``ds[i]``'s kept episodes and decoders, made on first use
         self._init_epochs()  # epoch, resume point, the board persistent workers read (epochs.py)
 
     def _set_windows(self, windows: dict[str, np.ndarray],
@@ -253,7 +255,8 @@ class CompiledDataset(EpochState, IterableDataset):
         return int(sizes[self.selection.shards].sum())
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_selection": None}  # recomputed where needed: pickles stay O(1)
+        # recomputed where needed: pickles stay O(1); open decoders stay in the process that opened them
+        return {**self.__dict__, "_selection": None, "_access": None}
 
     def _slices(self, world: World, epoch: int) -> list[Slice]:
         return consumer_slices(self.manifest, world, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
@@ -279,6 +282,15 @@ class CompiledDataset(EpochState, IterableDataset):
         """Samples each of this rank's ``num_workers`` DataLoader workers emits per epoch."""
         k = max(1, num_workers)
         return worker_quotas(len(self), k, batch_size=self.split_options.batch_size)
+
+    # -- map-style access -------------------------------------------------------------------------------
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """Sample ``i`` of the selection (0 <= i < ``num_frames``, negative from the end), in file order:
+        ``LeRobotDataset[i]``'s sample, decoded on the CPU of this process (random_access.py). For a look, an
+        evaluation subset or a check; training reads faster by iterating (the episode pool)."""
+        if self._access is None:
+            self._access = RandomAccess(self)
+        return self._access.sample(i)
 
     # -- iteration --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:

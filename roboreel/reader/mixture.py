@@ -294,6 +294,11 @@ class MixtureDataset(EpochState, IterableDataset):
     def worker_samples(self, num_workers: int, *, epoch: int | None = None) -> list[int]:
         return worker_quotas(len(self), max(1, num_workers), batch_size=self.split_options.batch_size)
 
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """Refused: a mixture's samples are weighted draws, with no file order to index; index a member."""
+        raise TypeError("a mixture has no map-style access (its samples are weighted draws from its members): "
+                        "index one member, CompiledDataset(path)[i], or iterate the mixture")
+
     # -- iteration --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if self.decode_device != "cpu":

@@ -122,6 +122,8 @@ def test_lerobot_depth_windows(tmp_path):
         want = theirs[int(got["index"])]
         assert got[DEPTH].shape == want[DEPTH].shape == (3, 1, H, W)
         assert torch.equal(got[DEPTH], want[DEPTH]) and torch.equal(got[f"{DEPTH}_is_pad"], want[f"{DEPTH}_is_pad"])
+        again = mine[int(got["index"])]  # map-style
+        assert torch.equal(again[DEPTH], want[DEPTH]) and torch.equal(again[RGB], got[RGB])
         n += 1
     assert n == theirs.num_frames
 

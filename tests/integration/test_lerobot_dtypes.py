@@ -102,13 +102,16 @@ def test_source_layout_and_validate(pair):
 def test_every_sample_equals_lerobots(pair, deltas):
     src, out = pair
     theirs = LeRobotDataset(REPO, root=src, delta_timestamps=deltas)
-    got = list(CompiledDataset(str(out), shuffle=False, delta_timestamps=deltas))
+    mine = CompiledDataset(str(out), shuffle=False, delta_timestamps=deltas)
+    got = list(mine)
     assert len(got) == len(theirs) == sum(LENGTHS)
     for i, sample in enumerate(got):
         want = theirs[i]
         assert want["action"].shape[-2:] == (2, 3) and want["observation.state"].dtype == torch.float32
         assert want["obs.u8"].dtype == torch.int64 and want["obs.f64_1"].shape == (() if deltas is None else (2,))
         assert_same_sample(sample, want, [CAM])
+    for i in reversed(range(len(theirs))):  # map-style, backwards: every episode read again, decoders seek back
+        assert_same_sample(mine[i], theirs[i], [CAM])
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -121,6 +121,7 @@ def test_every_sample_equals_lerobots(pair):
     assert len(got) == len(theirs) == sum(LENGTHS)
     for i, sample in enumerate(got):
         _assert_equal(sample, theirs[i], i)
+        _assert_equal(mine[i], theirs[i], i)  # map-style, as LeRobotDataset is indexed
     assert any(s["language_events"] for s in got) and any(not s["language_events"] for s in got)
     assert got[5][DEPTH_MM].shape == (1, 24, 32) and got[5][DEPTH_MM][0, 0, 1].item() == 400 + 37 + 5  # mm as stored
     assert torch.allclose(got[5][DEPTH_M], got[5][DEPTH_MM])  # metres read back in mm, like LeRobot
