@@ -83,3 +83,21 @@ def test_bad_indices_fail_clearly_and_the_dataset_still_pickles_and_streams(medi
     _bit_equal(copy[5], ds[5])
     batches = list(torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2))
     assert sorted(int(i) for b in batches for i in b["index"]) == list(range(n))
+
+
+def test_lerobot_dataset_members_a_script_may_read(medium):
+    """``features``, ``depth_output_unit``, ``set_image_transforms`` / ``clear_image_transforms``, as on
+    LeRobotDataset: a transform set later applies to the next reads, and clearing it gives the frames back."""
+    _, compiled = medium
+    ds = CompiledDataset(str(compiled), shuffle=False)
+    assert ds.features == ds.meta.features and list(ds.features)[:2] == CAMERAS
+    assert ds.depth_output_unit == "mm"
+    plain = ds[11]
+    ds.set_image_transforms(lambda x: x.flip(-1))
+    flipped = ds[11]
+    assert torch.equal(flipped[CAMERAS[0]], plain[CAMERAS[0]].flip(-1))
+    assert torch.equal(next(iter(ds))[CAMERAS[1]], ds[0][CAMERAS[1]])  # the stream applies it too
+    ds.clear_image_transforms()
+    _bit_equal(ds[11], plain)
+    with pytest.raises(ValueError, match="callable"):
+        ds.set_image_transforms("flip")

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from roboreel.formats.depth import is_depth
+from roboreel.formats.depth import OUTPUT_UNIT, is_depth
 from roboreel.formats.index import FileIndex
 from roboreel.formats.manifest import Manifest, load_manifest
 from roboreel.reader.consumer import Position, run_consumer
@@ -227,6 +227,27 @@ class CompiledDataset(EpochState, IterableDataset):
             self._meta = DatasetMeta(self.url, storage_options=self.store.storage_options, retries=self.retries,
                                      backoff_s=self.backoff_s, checksums=self.manifest.meta_files)
         return self._meta
+
+    @property
+    def features(self) -> dict[str, dict]:
+        """The features of info.json (``LeRobotDataset.features``: ``meta.features``)."""
+        return self.meta.features
+
+    @property
+    def depth_output_unit(self) -> str:
+        """The unit depth maps and their stats come in: millimetres, LeRobotDataset's default (the only one)."""
+        return OUTPUT_UNIT
+
+    def set_image_transforms(self, image_transforms: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
+        """Replace the camera transform (``LeRobotDataset.set_image_transforms``), for the next iteration and
+        ``ds[i]``; persistent DataLoader workers keep the copy they were started with, as LeRobot's do."""
+        if image_transforms is not None and not callable(image_transforms):
+            raise ValueError("image_transforms must be callable or None")
+        self.image_transforms = image_transforms
+
+    def clear_image_transforms(self) -> None:
+        """No camera transform (``LeRobotDataset.clear_image_transforms``)."""
+        self.image_transforms = None
 
     @property
     def num_frames(self) -> int:
