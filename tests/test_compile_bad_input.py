@@ -276,3 +276,27 @@ def test_chunks_size_not_positive(broken, tmp_path, capsys):
     assert rc == 2 and "chunks_size must be a positive number, got 0" in err and "meta/info.json" in err
     assert_nothing_written(out)
     assert main(["validate", str(broken)]) == 2
+
+
+def test_nan_timestamp(broken, tmp_path, capsys):
+    """A NaN timestamp compared as 'not over the tolerance' and passed (LeRobot fails on it)."""
+    src = LeRobotSource(str(broken))
+    ep = src.episodes[2]
+    row = None
+
+    def nan_at(t: pa.Table) -> pa.Table:
+        nonlocal row
+        eps = t.column("episode_index").to_pylist()
+        if ep.index not in eps:
+            return t
+        row = eps.index(ep.index) + 3
+        return set_column(t, "timestamp", row, float("nan"))
+
+    _all_data(broken, nan_at)
+    out = tmp_path / "out"
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2 and "frame_index 3 has timestamp nan" in err and f"{ep.data_path}, episode {ep.index}" in err
+    assert_nothing_written(out)
+    assert main(["validate", str(broken), "--fast", "--json"]) == 1
+    [f] = json.loads(capsys.readouterr().out)["findings"]
+    assert (f["code"], f["file"], f["episode"]) == ("timestamp-mismatch", ep.data_path, ep.index)

@@ -337,7 +337,7 @@ class LeRobotSource:
             # is not frame_index / fps would fetch another frame or fail the 1e-4 s check mid-training.
             ts = rows.column("timestamp").to_numpy().astype(np.float64)
             want = (frame / self.info.fps).astype(np.float32).astype(np.float64)  # what LeRobot's writer stores
-            off = np.abs(ts - want)
+            off = np.nan_to_num(np.abs(ts - want), nan=np.inf)  # a NaN timestamp is off by any tolerance
             k = int(np.argmax(off))
             if off[k] > TIMESTAMP_TOLERANCE_S:
                 raise SourceError(

@@ -57,7 +57,8 @@ def _segments(rel: str, rg: int, table: pa.Table, fps: int) -> dict[int, Segment
     index = table.column("index").to_numpy()
     frame = table.column("frame_index").to_numpy()
     # A row's video frame is found at from_timestamp + timestamp, so timestamp must be frame_index / fps.
-    ts_err = (np.abs(table.column("timestamp").to_numpy().astype(np.float64) - expected_timestamps(frame, fps))
+    ts_err = (np.nan_to_num(np.abs(table.column("timestamp").to_numpy().astype(np.float64)
+                                   - expected_timestamps(frame, fps)), nan=np.inf)  # NaN: off by any tolerance
               if "timestamp" in table.column_names else None)
     # Group rows by episode with one stable sort (old datasets hold thousands of episodes per row group, where a
     # mask per episode would be quadratic); rows keep their file order inside each group.
