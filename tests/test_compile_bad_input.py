@@ -195,3 +195,108 @@ def test_part_job_failure_keeps_finished_shards_and_resumes(broken, small_compil
             assert a == b
         else:
             assert (out / rel).read_bytes() == (small_compiled / rel).read_bytes()
+
+
+def _all_data(src: Path, fn) -> None:
+    """``fn`` applied to every data file, rewritten with one row group per episode, as LeRobot writes it."""
+    for path in sorted(src.glob("data/**/*.parquet")):
+        table = fn(pq.read_table(path))
+        eps = table.column("episode_index").to_numpy()
+        with pq.ParquetWriter(path, table.schema) as w:
+            for ep in dict.fromkeys(eps.tolist()):
+                w.write_table(table.filter(pa.array(eps == ep)))
+
+
+def _as(t: pa.Table, name: str, typ: pa.DataType) -> pa.Table:
+    return t.set_column(t.column_names.index(name), name, t.column(name).cast(typ, safe=False))
+
+
+@pytest.mark.parametrize("fault", ["int-declared-float", "shape", "undeclared-column"])
+def test_data_columns_not_what_info_json_declares(broken, tmp_path, capsys, fault):
+    """LeRobot casts each column to the feature info.json declares: another shape or an undeclared column fails
+    its load, integers declared float32 come back float32. Refused, not carried in their stored type."""
+    info = json.loads((broken / "meta/info.json").read_text())
+    if fault == "int-declared-float":
+        _all_data(broken, lambda t: _as(t, "action", pa.list_(pa.int64(), 6)))
+        want, code = "column 'action' holds integer values", "data-column-type"
+    elif fault == "shape":
+        info["features"]["observation.state"]["shape"] = [7]
+        (broken / "meta/info.json").write_text(json.dumps(info))
+        want, code = "info.json declares float32 of shape [7]: LeRobot cannot load it", "data-column-type"
+    else:
+        _all_data(broken, lambda t: t.append_column("extra", pa.array([0.5] * t.num_rows, pa.float32())))
+        want, code = "has columns ['extra'] that info.json does not declare", "data-columns-undeclared"
+    rel = LeRobotSource(str(broken)).episodes[0].data_path
+    out = tmp_path / "out"
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2 and want in err and f"{rel}, episode 0" in err, err
+    assert_nothing_written(out)
+    assert main(["validate", str(broken), "--fast", "--json"]) == 1
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert {f["code"] for f in findings} == {code} and findings[0]["file"] == rel
+
+
+def test_float64_column_declared_float32_still_compiles(broken, tmp_path, capsys):
+    """Within one kind of number the reader returns LeRobot's dtype already: not refused."""
+    _all_data(broken, lambda t: _as(t, "action", pa.list_(pa.float64(), 6)))
+    assert main(["validate", str(broken), "--fast"]) == 0
+    rc, err = compile_cli(broken, tmp_path / "out", capsys)
+    assert rc == 0, err
+
+
+def test_task_index_not_in_tasks(broken, tmp_path, capsys):
+    src = LeRobotSource(str(broken))
+    ep = src.episodes[3]
+    _all_data(broken, lambda t: set_column(t, "task_index", int(
+        t.column("episode_index").to_numpy().tolist().index(ep.index)), 99) if ep.index in
+        t.column("episode_index").to_pylist() else t)
+    out = tmp_path / "out"
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2 and "task_index [99] not in meta/tasks.parquet" in err and f"{ep.data_path}, episode {ep.index}" in err
+    assert_nothing_written(out)
+    assert main(["validate", str(broken), "--fast", "--json"]) == 1
+    [f] = json.loads(capsys.readouterr().out)["findings"]
+    assert (f["code"], f["file"], f["episodes"]) == ("task-index-unknown", ep.data_path, [ep.index])
+
+
+@pytest.mark.parametrize("stats", ["{not json", "[1, 2]"])
+def test_unreadable_stats_json(broken, tmp_path, capsys, stats):
+    (broken / "meta/stats.json").write_text(stats)
+    assert main(["validate", str(broken), "--fast", "--json"]) == 1
+    [f] = json.loads(capsys.readouterr().out)["findings"]
+    assert (f["code"], f["file"]) == ("stats-unreadable", "meta/stats.json")
+
+
+def test_chunks_size_not_positive(broken, tmp_path, capsys):
+    info = json.loads((broken / "meta/info.json").read_text())
+    info["chunks_size"] = 0
+    (broken / "meta/info.json").write_text(json.dumps(info))
+    out = tmp_path / "out"
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2 and "chunks_size must be a positive number, got 0" in err and "meta/info.json" in err
+    assert_nothing_written(out)
+    assert main(["validate", str(broken)]) == 2
+
+
+def test_nan_timestamp(broken, tmp_path, capsys):
+    """A NaN timestamp compared as 'not over the tolerance' and passed (LeRobot fails on it)."""
+    src = LeRobotSource(str(broken))
+    ep = src.episodes[2]
+    row = None
+
+    def nan_at(t: pa.Table) -> pa.Table:
+        nonlocal row
+        eps = t.column("episode_index").to_pylist()
+        if ep.index not in eps:
+            return t
+        row = eps.index(ep.index) + 3
+        return set_column(t, "timestamp", row, float("nan"))
+
+    _all_data(broken, nan_at)
+    out = tmp_path / "out"
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2 and "frame_index 3 has timestamp nan" in err and f"{ep.data_path}, episode {ep.index}" in err
+    assert_nothing_written(out)
+    assert main(["validate", str(broken), "--fast", "--json"]) == 1
+    [f] = json.loads(capsys.readouterr().out)["findings"]
+    assert (f["code"], f["file"], f["episode"]) == ("timestamp-mismatch", ep.data_path, ep.index)

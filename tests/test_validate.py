@@ -122,6 +122,21 @@ def test_episodes_meta_disagrees_with_data(small_source, tmp_path):
     assert {f.episode for f in report.findings if f.severity == "error"} == {3, 5}
 
 
+def test_data_file_copied_under_another_name(small_source, tmp_path):
+    """The same rows in two data files (LeRobot loads every data/*/*.parquet): reported, not a crash on the
+    two equal worst timestamps."""
+    root = copy(small_source, tmp_path)
+    src = LeRobotSource(str(root))
+    rel = src.episodes[0].data_path
+    shutil.copy(root / rel, root / "data/chunk-000/file-009.parquet")
+    report = validate(str(root))
+    assert report.exit_code == 1
+    hosted = {e.index for e in src.episodes if e.data_path == rel}
+    assert {f.episode for f in report.findings if f.code == "episode-wrong-file"} == hosted
+    assert {f.code for f in report.findings} <= {"episode-wrong-file", "episode-length-mismatch",
+                                                  "episode-index-mismatch", "episode-split-rowgroups"}
+
+
 def test_missing_video_and_data_file(small_source, tmp_path):
     root = copy(small_source, tmp_path)
     src = LeRobotSource(str(root))

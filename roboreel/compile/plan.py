@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from roboreel.compile.resample import check_transform, frame_step
 from roboreel.compile.settings import CompileSettings, x265_size_params
 from roboreel.formats import lerobot_v3 as v3
+from roboreel.formats.columns import declared_type_problem, undeclared_columns
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.table_features import image_keys, image_problem
@@ -86,6 +87,14 @@ def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
         missing = [c for c in need if c not in schema.names]
         if missing:
             raise SourceError(f"data parquet lacks columns {missing}", file=rel, episode=ep)
+        extra = undeclared_columns(schema.names, info.features)
+        if extra:
+            raise SourceError(f"data parquet has columns {extra} that info.json does not declare as features "
+                              "(LeRobot cannot load it)", file=rel, episode=ep)
+        for key in info.tabular_keys:
+            problem = declared_type_problem(info.features[key], schema.field(key).type)
+            if problem:
+                raise SourceError(f"column {key!r} {problem}", file=rel, episode=ep)
         for key in image_keys(info.features):  # rows without bytes are found when packing (shardjob.py)
             problem = image_problem(pa.array([], type=schema.field(key).type))
             if problem:

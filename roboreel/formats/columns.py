@@ -49,3 +49,59 @@ def numeric_array(col: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
     if not (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_boolean(typ)):
         return None
     return flat.to_numpy(zero_copy_only=False).reshape(len(arr), *shape)
+
+
+_KINDS = {"b": "bool", "i": "integer", "u": "integer", "f": "float"}
+
+
+def _kind(dtype: str) -> str | None:
+    try:
+        return _KINDS.get(np.dtype(dtype).kind)
+    except TypeError:
+        return None
+
+
+def declared_type_problem(feature: dict, typ: pa.DataType) -> str | None:
+    """Why a data parquet column of Arrow type ``typ`` is not the numeric feature info.json declares (``dtype``,
+    ``shape``), or None when it is (or the feature is not numeric: images, strings, language).
+
+    LeRobot casts every column to the feature info.json declares (``get_hf_features_from_features``: shape [1]
+    a scalar ``Value``, [n] a ``Sequence(length=n)``, 2 to 5 dims ``ArrayND``), so a column of another shape
+    fails its load, and one of another kind of number (integers declared float32, floats declared int64)
+    comes back in the declared dtype, not the stored one that roboreel carries. Both are refused; within one
+    kind (float64 stored, float32 declared) the reader already returns what LeRobot does.
+    """
+    want_kind = _kind(str(feature.get("dtype")))
+    if want_kind is None:
+        return None
+    shape = [int(x) for x in feature.get("shape") or []]
+    want = [] if shape == [1] else shape
+    got: list[int | None] = []
+    leaf = typ
+    while True:
+        if isinstance(leaf, pa.ExtensionType):
+            leaf = leaf.storage_type
+        if pa.types.is_fixed_size_list(leaf):
+            got.append(leaf.list_size)
+        elif pa.types.is_list(leaf) or pa.types.is_large_list(leaf):
+            got.append(None)  # lengths are per row
+        else:
+            break
+        leaf = leaf.value_type
+    numeric = pa.types.is_integer(leaf) or pa.types.is_floating(leaf) or pa.types.is_boolean(leaf)
+    got_kind = _kind(str(leaf.to_pandas_dtype().__name__)) if numeric else None
+    declared = f"{feature.get('dtype')} of shape {shape}"
+    if got_kind is None:
+        return f"is {typ}, not numbers; info.json declares {declared}"
+    if len(got) != len(want) or any(g is not None and g != w for g, w in zip(got, want, strict=True)):
+        stored = "a scalar" if not got else "[" + ", ".join("?" if g is None else str(g) for g in got) + "]"
+        return f"is {typ} (shape {stored}), info.json declares {declared}: LeRobot cannot load it"
+    if got_kind != want_kind:
+        return (f"holds {got_kind} values ({typ}), info.json declares {declared}: LeRobot returns them cast to "
+                f"{feature.get('dtype')}")
+    return None
+
+
+def undeclared_columns(names: list[str], features: dict) -> list[str]:
+    """Data parquet columns info.json does not declare as a feature (LeRobot's load refuses the file)."""
+    return [n for n in names if n not in features]

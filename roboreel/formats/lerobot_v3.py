@@ -23,6 +23,7 @@ from typing import IO, Any, TypeVar
 import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from roboreel.formats.errors import SourceError, SourceReadError
 from roboreel.formats.lerobot_v3_layout import (
@@ -326,12 +327,17 @@ class LeRobotSource:
                 file=ep.data_path,
                 episode=ep.index,
             )
+        if "task_index" in rows.column_names:  # LeRobot looks each row's task up in meta/tasks.parquet
+            unknown = set(pc.unique(rows.column("task_index")).to_pylist()) - set(self.tasks)
+            if unknown:
+                raise SourceError(f"task_index {sorted(unknown, key=str)} not in meta/tasks.parquet", file=ep.data_path,
+                                  episode=ep.index)
         if self.info.camera_keys and "timestamp" in rows.column_names:
             # Video frames are looked up at from_timestamp + timestamp (LeRobot, the readers), so a timestamp that
             # is not frame_index / fps would fetch another frame or fail the 1e-4 s check mid-training.
             ts = rows.column("timestamp").to_numpy().astype(np.float64)
             want = (frame / self.info.fps).astype(np.float32).astype(np.float64)  # what LeRobot's writer stores
-            off = np.abs(ts - want)
+            off = np.nan_to_num(np.abs(ts - want), nan=np.inf)  # a NaN timestamp is off by any tolerance
             k = int(np.argmax(off))
             if off[k] > TIMESTAMP_TOLERANCE_S:
                 raise SourceError(

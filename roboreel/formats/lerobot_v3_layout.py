@@ -106,6 +106,11 @@ class SourceInfo:
         fps = raw["fps"]
         if not isinstance(fps, int | float) or fps <= 0 or int(fps) != fps:
             raise SourceError(f"fps must be a positive integer, got {fps!r}", file=file)
+        for key in ("chunks_size", "data_files_size_in_mb", "video_files_size_in_mb"):  # LeRobot's DatasetInfo
+            value = raw.get(key, 1)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise SourceError(f"{key} must be a positive number, got {value!r} (LeRobot refuses it too)",
+                                  file=file)
         features = raw["features"]
         if not isinstance(features, dict):
             raise SourceError("info.json 'features' is not an object", file=file)

@@ -39,6 +39,7 @@ CODES: dict[str, str] = {
                        "retry budget, or its server refused it with an HTTP error other than not-found",
     # LeRobot v3 metadata
     "tasks-unreadable": "meta/tasks.parquet is missing or unreadable",
+    "stats-unreadable": "meta/stats.json is not a JSON object",
     "episodes-meta-unreadable": "meta/episodes files are missing, unreadable or lack columns",
     "episode-meta-range": "dataset_to_index - dataset_from_index disagrees with length (or length <= 0)",
     "episode-meta-duplicate": "an episode is listed twice in meta/episodes",
@@ -48,6 +49,10 @@ CODES: dict[str, str] = {
     "data-file-missing": "a data parquet named by meta/episodes does not exist",
     "data-file-unreadable": "a data parquet cannot be read",
     "data-columns-missing": "a data parquet lacks feature columns from info.json",
+    "task-index-unknown": "a data row's task_index is not in meta/tasks.parquet",
+    "data-columns-undeclared": "a data parquet has columns info.json does not declare as features",
+    "data-column-type": "a data parquet column is not the dtype kind (bool, integer, float) or shape info.json "
+                        "declares",
     "rowgroup-multi-episode": "a row group holds rows of several episodes",
     "episode-split-rowgroups": "an episode's rows are spread over several row groups",
     "episode-rows-missing": "an episode in meta/episodes has no rows in the data",

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3_layout as v3
+from roboreel.formats.columns import declared_type_problem, undeclared_columns
 from roboreel.validate._io import Root, progress_bar
 from roboreel.validate.images import check_image_rowgroup
 from roboreel.validate.report import Report
@@ -55,7 +57,8 @@ def _segments(rel: str, rg: int, table: pa.Table, fps: int) -> dict[int, Segment
     index = table.column("index").to_numpy()
     frame = table.column("frame_index").to_numpy()
     # A row's video frame is found at from_timestamp + timestamp, so timestamp must be frame_index / fps.
-    ts_err = (np.abs(table.column("timestamp").to_numpy().astype(np.float64) - expected_timestamps(frame, fps))
+    ts_err = (np.nan_to_num(np.abs(table.column("timestamp").to_numpy().astype(np.float64)
+                                   - expected_timestamps(frame, fps)), nan=np.inf)  # NaN: off by any tolerance
               if "timestamp" in table.column_names else None)
     # Group rows by episode with one stable sort (old datasets hold thousands of episodes per row group, where a
     # mask per episode would be quadratic); rows keep their file order inside each group.
@@ -76,7 +79,7 @@ def _segments(rel: str, rg: int, table: pa.Table, fps: int) -> dict[int, Segment
 
 
 def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
-               segments: dict[int, list[Segment]], episodes: list[int]) -> bool:
+               segments: dict[int, list[Segment]], episodes: list[int], tasks: set[int] | None = None) -> bool:
     """Record the segments of every row group of one file; False if the file could not be read."""
     try:
         with root.open(rel) as f:
@@ -86,16 +89,31 @@ def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
             if missing:
                 report.error("data-columns-missing", f"lacks feature columns {missing}", file=rel,
                              episodes=episodes or None)
+            extra = undeclared_columns(names, info.features)
+            if extra:
+                report.error("data-columns-undeclared", f"has columns {extra} that info.json does not declare as "
+                             "features (LeRobot cannot load the file)", file=rel, episodes=episodes or None)
+            for key in info.tabular_keys:
+                problem = declared_type_problem(info.features[key], pf.schema_arrow.field(key).type) \
+                    if key in names else None
+                if problem:
+                    report.error("data-column-type", f"column {key!r} {problem}", file=rel,
+                                 episodes=episodes or None)
             if any(k not in names for k in _KEYS):
                 report.error("data-file-unreadable", f"needs columns {_KEYS} to locate episodes, has {names}", file=rel)
                 return False
             for rg in range(pf.num_row_groups):
                 report.checked["row_groups"] += 1
-                table = pf.read_row_group(rg, columns=_KEYS + (["timestamp"] if "timestamp" in names else []),
-                                          use_threads=False)
+                extra = [c for c in ("timestamp", "task_index") if c in names]
+                table = pf.read_row_group(rg, columns=_KEYS + extra, use_threads=False)
                 if table.num_rows == 0:
                     continue
                 found = _segments(rel, rg, table, info.fps)
+                if tasks is not None and "task_index" in names:
+                    unknown = set(pc.unique(table.column("task_index")).to_pylist()) - tasks
+                    if unknown:  # LeRobot looks each row's task up in meta/tasks.parquet
+                        report.error("task-index-unknown", f"task_index {sorted(unknown, key=str)} not in "
+                                     "meta/tasks.parquet", file=rel, row_group=rg, episodes=sorted(found))
                 check_image_rowgroup(pf, rg, info, report, file=rel, episodes=sorted(found))
                 if len(found) > 1:
                     report.error("rowgroup-multi-episode", f"row group holds {len(found)} episodes ({_MULTI_HINT})",
@@ -112,7 +130,8 @@ def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
 
 def _check_episode(meta: v3.EpisodeMeta, segs: list[Segment], report: Report, *, videos: bool) -> None:
     ep = meta.index
-    worst = max(((s.worst_timestamp, s) for s in segs if s.worst_timestamp is not None), default=None)
+    worst = max(((s.worst_timestamp, s) for s in segs if s.worst_timestamp is not None), default=None,
+                key=lambda ws: ws[0])  # equal ones (the same rows in two files) are not ordered further
     if worst is not None and worst[0][0] > TIMESTAMP_TOLERANCE_S:
         (err, frame), seg = worst
         # Without videos nothing looks frames up by timestamp: worth knowing, not a violation.
@@ -140,8 +159,9 @@ def _check_episode(meta: v3.EpisodeMeta, segs: list[Segment], report: Report, *,
 
 
 def scan_data(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta] | None, report: Report, *,
-              progress: bool = False) -> None:
-    """Check every data parquet named by meta/episodes or found under data/, then each episode's rows."""
+              progress: bool = False, tasks: set[int] | None = None) -> None:
+    """Check every data parquet named by meta/episodes or found under data/, then each episode's rows (and,
+    given ``tasks``, meta/tasks.parquet's task indices, that every row's task_index is one)."""
     named: dict[str, list[int]] = defaultdict(list)
     for e in episodes or ():
         named[e.data_path].append(e.index)
@@ -153,7 +173,7 @@ def scan_data(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta] | 
         if not root.exists(rel):
             report.error("data-file-missing", "data parquet does not exist", file=rel, episodes=named[rel])
             failed.add(rel)
-        elif not _scan_file(root, rel, info, report, segments, named.get(rel, [])):
+        elif not _scan_file(root, rel, info, report, segments, named.get(rel, []), tasks):
             failed.add(rel)
     by_index = {e.index: e for e in episodes or ()}
     for ep, segs in sorted(segments.items()):

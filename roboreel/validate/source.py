@@ -145,14 +145,17 @@ def read_episodes(root: Root, info: v3.SourceInfo, report: Report, *, videos: bo
     return out
 
 
-def check_tasks(root: Root, report: Report) -> None:
+def check_tasks(root: Root, report: Report) -> set[int] | None:
+    """The task indices meta/tasks.parquet lists, or None after reporting why it cannot be read."""
     try:
         table = v3.read_parquet(root.fs, root.path(v3.TASKS_PATH), v3.TASKS_PATH)
     except SourceError as e:
         report.error("tasks-unreadable", str(e), file=v3.TASKS_PATH)
-        return
+        return None
     if "task_index" not in table.column_names:
         report.error("tasks-unreadable", f"no task_index column (has {table.column_names})", file=v3.TASKS_PATH)
+        return None
+    return set(table.column("task_index").to_pylist())
 
 
 def check_videos(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta], report: Report, *,
@@ -224,6 +227,21 @@ def _check_span_timestamps(pts_s: Sequence[float], from_s: float, fps: int, repo
                      **where)
 
 
+def check_stats(root: Root, report: Report) -> None:
+    """meta/stats.json, when there is one, is a JSON object (LeRobot's load fails on anything else; compile
+    carries it and refuses one it cannot parse)."""
+    try:
+        with root.open(v3.STATS_PATH) as f:
+            raw = json.loads(f.read())
+    except FileNotFoundError:
+        return  # a dataset without stats: LeRobot's meta.stats is None
+    except (ValueError, OSError) as e:
+        report.error("stats-unreadable", f"not valid JSON: {e}", file=v3.STATS_PATH)
+        return
+    if not isinstance(raw, dict):
+        report.error("stats-unreadable", "not a JSON object", file=v3.STATS_PATH)
+
+
 def check_source(root: Root, report: Report, *, videos: bool = True, count: CountMode = "packets",
                  progress: bool = False, unreadable: Severity = "fatal",
                  clip_keys: Collection[str] = ()) -> SourceMeta | None:
@@ -237,10 +255,11 @@ def check_source(root: Root, report: Report, *, videos: bool = True, count: Coun
     info = read_info(root, report, unreadable=unreadable)
     if info is None:
         return None
-    check_tasks(root, report)
+    tasks = check_tasks(root, report)
+    check_stats(root, report)
     episodes = read_episodes(root, info, report, videos=videos)
     in_data = replace(info, features={k: f for k, f in info.features.items() if k not in clip_keys})
-    scan_data(root, in_data, episodes, report, progress=progress)
+    scan_data(root, in_data, episodes, report, progress=progress, tasks=tasks)
     if videos and episodes and info.camera_keys and info.video_path:
         check_videos(root, info, episodes, report, count=count, progress=progress)
     return SourceMeta(info=info, episodes=episodes)
