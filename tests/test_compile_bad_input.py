@@ -300,3 +300,29 @@ def test_nan_timestamp(broken, tmp_path, capsys):
     assert main(["validate", str(broken), "--fast", "--json"]) == 1
     [f] = json.loads(capsys.readouterr().out)["findings"]
     assert (f["code"], f["file"], f["episode"]) == ("timestamp-mismatch", ep.data_path, ep.index)
+
+
+@pytest.mark.parametrize("where", ["row", "element"])
+def test_null_in_a_numeric_feature(broken, tmp_path, capsys, where):
+    """A null state row (or one null element of it): LeRobot returns None there, and roboreel returned that
+    episode's whole column as Python lists instead of tensors. Refused by compile and by validate."""
+    src = LeRobotSource(str(broken))
+    ep = src.episodes[1]
+
+    def null_at(t: pa.Table) -> pa.Table:
+        eps = t.column("episode_index").to_pylist()
+        if ep.index not in eps:
+            return t
+        row = eps.index(ep.index) + 4
+        value = None if where == "row" else [None, *t.column("observation.state")[row].as_py()[1:]]
+        return set_column(t, "observation.state", row, value)
+
+    _all_data(broken, null_at)
+    out = tmp_path / "out"
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2 and "column 'observation.state' is null or holds a null at frame_index 4" in err
+    assert f"{ep.data_path}, episode {ep.index}" in err
+    assert_nothing_written(out)
+    assert main(["validate", str(broken), "--fast", "--json"]) == 1
+    [f] = json.loads(capsys.readouterr().out)["findings"]
+    assert (f["code"], f["file"], f["episodes"]) == ("data-null", ep.data_path, [ep.index])

@@ -105,3 +105,36 @@ def declared_type_problem(feature: dict, typ: pa.DataType) -> str | None:
 def undeclared_columns(names: list[str], features: dict) -> list[str]:
     """Data parquet columns info.json does not declare as a feature (LeRobot's load refuses the file)."""
     return [n for n in names if n not in features]
+
+
+def null_rows(col: pa.ChunkedArray | pa.Array) -> list[int]:
+    """Rows of ``col`` that are null or hold a null at any nesting level (a vector with one missing element).
+
+    LeRobot turns such a row into ``None`` (or fails to make its tensor) while the other rows are tensors, and the
+    reader would have to return the column as Python lists: a numeric feature with a null is refused, in compile
+    and in validate. Cheap where there is none (null counts only); the rows are found the slow way otherwise."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not _any_null(arr):
+        return []
+    return [i for i, v in enumerate(arr.to_pylist()) if _holds_none(v)]
+
+
+def _any_null(arr: pa.Array) -> bool:
+    while True:
+        if isinstance(arr.type, pa.ExtensionType):
+            arr = arr.storage
+        if arr.null_count:
+            return True
+        typ = arr.type
+        if not (pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ)):
+            return False
+        arr = arr.flatten()
+
+
+def _holds_none(v: object) -> bool:
+    return v is None or (isinstance(v, list) and any(_holds_none(x) for x in v))
+
+
+def is_numeric_feature(feature: dict) -> bool:
+    """A feature info.json declares as numbers (bool, integers, floats), stored in the data parquet."""
+    return _kind(str(feature.get("dtype"))) is not None

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from roboreel.formats.columns import is_numeric_feature, null_rows
 from roboreel.formats.errors import SourceError, SourceReadError
 from roboreel.formats.lerobot_v3_layout import (
     CODEBASE_VERSION,
@@ -332,6 +333,13 @@ class LeRobotSource:
             if unknown:
                 raise SourceError(f"task_index {sorted(unknown, key=str)} not in meta/tasks.parquet", file=ep.data_path,
                                   episode=ep.index)
+        for key in self.info.tabular_keys:  # LeRobot gives a null row None where the others are tensors
+            bad = null_rows(rows.column(key)) if is_numeric_feature(self.info.features[key]) else []
+            if bad:
+                more = f" (and {len(bad) - 1} more rows)" if len(bad) > 1 else ""
+                raise SourceError(f"column {key!r} is null or holds a null at frame_index {bad[0]}{more}: LeRobot "
+                                  f"returns None there instead of a {self.info.features[key].get('dtype')} tensor",
+                                  file=ep.data_path, episode=ep.index)
         if self.info.camera_keys and "timestamp" in rows.column_names:
             # Video frames are looked up at from_timestamp + timestamp (LeRobot, the readers), so a timestamp that
             # is not frame_index / fps would fetch another frame or fail the 1e-4 s check mid-training.

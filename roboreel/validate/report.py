@@ -50,6 +50,7 @@ CODES: dict[str, str] = {
     "data-file-unreadable": "a data parquet cannot be read",
     "data-columns-missing": "a data parquet lacks feature columns from info.json",
     "task-index-unknown": "a data row's task_index is not in meta/tasks.parquet",
+    "data-null": "a numeric feature's value is null (or holds a null) in a data row: LeRobot returns None there",
     "data-columns-undeclared": "a data parquet has columns info.json does not declare as features",
     "data-column-type": "a data parquet column is not the dtype kind (bool, integer, float) or shape info.json "
                         "declares",

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3_layout as v3
-from roboreel.formats.columns import declared_type_problem, undeclared_columns
+from roboreel.formats.columns import declared_type_problem, is_numeric_feature, null_rows, undeclared_columns
 from roboreel.validate._io import Root, progress_bar
 from roboreel.validate.images import check_image_rowgroup
 from roboreel.validate.report import Report
@@ -102,6 +102,7 @@ def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
             if any(k not in names for k in _KEYS):
                 report.error("data-file-unreadable", f"needs columns {_KEYS} to locate episodes, has {names}", file=rel)
                 return False
+            numeric = [k for k in info.tabular_keys if k in names and is_numeric_feature(info.features[k])]
             for rg in range(pf.num_row_groups):
                 report.checked["row_groups"] += 1
                 extra = [c for c in ("timestamp", "task_index") if c in names]
@@ -115,6 +116,12 @@ def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
                         report.error("task-index-unknown", f"task_index {sorted(unknown, key=str)} not in "
                                      "meta/tasks.parquet", file=rel, row_group=rg, episodes=sorted(found))
                 check_image_rowgroup(pf, rg, info, report, file=rel, episodes=sorted(found))
+                for key in _null_suspects(pf.metadata.row_group(rg), numeric):
+                    bad = null_rows(pf.read_row_group(rg, columns=[key], use_threads=False).column(key))
+                    if bad:
+                        report.error("data-null", f"column {key!r} is null or holds a null in {len(bad)} rows "
+                                     f"(row {bad[0]} of the row group first): LeRobot returns None there instead "
+                                     "of a tensor", file=rel, row_group=rg, episodes=sorted(found))
                 if len(found) > 1:
                     report.error("rowgroup-multi-episode", f"row group holds {len(found)} episodes ({_MULTI_HINT})",
                                  file=rel, row_group=rg, episodes=list(found))
@@ -126,6 +133,22 @@ def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
         report.error("data-file-unreadable", f"unreadable parquet: {e}", file=rel)
         return False
     return True
+
+
+def _null_suspects(rg: pq.RowGroupMetaData, keys: list[str]) -> list[str]:
+    """The ``keys`` whose column chunks in row group ``rg`` may hold a null: a null count above 0 in their
+    statistics, or no count written (then the column is read to know). A prefix match may name a feature whose
+    name extends another's; the read settles it."""
+    out = []
+    for key in keys:
+        for j in range(rg.num_columns):
+            c = rg.column(j)
+            if c.path_in_schema == key or c.path_in_schema.startswith(key + "."):
+                st = c.statistics
+                if st is None or not st.has_null_count or st.null_count:
+                    out.append(key)
+                    break
+    return out
 
 
 def _check_episode(meta: v3.EpisodeMeta, segs: list[Segment], report: Report, *, videos: bool) -> None:
