@@ -6,6 +6,7 @@ Verb modules import their heavy dependencies inside ``run`` so ``roboreel --help
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import sys
@@ -62,6 +63,12 @@ def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+# OS errors that are the machine's setup, not a fault of roboreel: a read-only or full file system, no permission,
+# a file where a directory should be. They are one line naming the file, like a missing file.
+_SETUP_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
+                           errno.EISDIR})
+
+
 def _offline(e: BaseException) -> BaseException | None:
     """huggingface_hub's OfflineModeIsEnabled (hf:// with HF_HUB_OFFLINE=1) in ``e``'s chain of causes: a
     setting, not a fault, so it is one line like a missing file (never retried: formats/transient_errors.py)."""
@@ -90,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         from roboreel.formats.errors import RoboreelError
 
         if isinstance(e, RoboreelError | FileExistsError | FileNotFoundError | ValueError) and not args.verbose:
+            print(f"roboreel {args.verb}: error: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, OSError) and e.errno in _SETUP_ERRNOS and not args.verbose:  # str(e) names the file
             print(f"roboreel {args.verb}: error: {e}", file=sys.stderr)
             return 2
         offline = _offline(e)

@@ -26,8 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from roboreel.validate.summary import format_summary, summarize
 
     paths = [p for p in args.path.split(",") if p]
-    if len(paths) < 2:
-        s = summarize(args.path)
+    if len(paths) < 2:  # one dataset, also written "a," (a mixture's list cut short)
+        s = summarize(paths[0] if paths else args.path)
         print(json.dumps(s, indent=1) if args.json else format_summary(s), end="" if not args.json else "\n")
         return 0
     members = [summarize(p) for p in paths]

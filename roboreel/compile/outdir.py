@@ -47,7 +47,7 @@ def read_lock(out: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(out, LOCK_NAME), "rb") as f:
             lock = json.loads(f.read())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectoryError: OUT is a file
         return None
     except ValueError as e:
         raise CompiledFormatError(f"compile lock is not valid JSON: {e}", file=os.path.join(out, LOCK_NAME)) from e

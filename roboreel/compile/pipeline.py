@@ -62,7 +62,7 @@ from roboreel.compile.update import (
 )
 from roboreel.formats.errors import RoboreelError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
-from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, http_defaults
+from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, http_defaults, is_local
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,17 @@ def _local_out(out: str) -> str:
     if "://" in out:
         raise ValueError(f"OUT must be a local directory (compile writes with temp names and renames), got {out!r}")
     return os.path.abspath(out)
+
+
+def check_apart(source: LeRobotSource, out: str) -> None:
+    """Refuse an OUT that is the (local) source or holds it: --overwrite, or the cleanup of a failed first compile,
+    removes OUT's contents, and with them the source."""
+    if not is_local(source.fs):
+        return
+    src, dest = os.path.realpath(source.root), os.path.realpath(out)
+    if os.path.commonpath([src, dest]) == dest:
+        raise ValueError(f"OUT {out} is SRC or a directory holding it ({src}): compile into a directory outside "
+                         "the source")
 
 
 def drop_unasked(settings: CompileSettings, fps: int, features: dict[str, dict[str, Any]]) -> CompileSettings:
@@ -138,6 +149,7 @@ def compile_dataset(
     forget_sources()  # inline jobs must read this source as it is now, not as an earlier compile saw it
     storage_options = http_defaults(str(src), storage_options)  # a per-read timeout: a stall becomes a retry
     source = LeRobotSource(str(src), storage_options=storage_options, retries=retries, backoff_s=backoff_s)
+    check_apart(source, out)
     try:  # reads meta/, the data schemas, file sizes and checksums; OUT is not touched yet
         episodes = check_source(source)
         settings = drop_unasked(settings, source.fps, source.info.features)

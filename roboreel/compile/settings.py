@@ -114,8 +114,8 @@ class CompileSettings:
             raise ValueError(f"loop_filters must be True or False, got {self.loop_filters!r}")
         if not isinstance(self.remux_max_gop, int) or self.remux_max_gop < 1:
             raise ValueError(f"remux_max_gop must be a positive integer, got {self.remux_max_gop!r}")
-        if not isinstance(self.min_psnr, int | float) or self.min_psnr < 0:
-            raise ValueError(f"min_psnr must be a non-negative number (dB), got {self.min_psnr!r}")
+        if not isinstance(self.min_psnr, int | float) or not 0 <= self.min_psnr < float("inf"):  # NaN fails too
+            raise ValueError(f"min_psnr must be a finite non-negative number (dB), got {self.min_psnr!r}")
         if self.images not in IMAGE_MODES:
             raise ValueError(f"images must be one of {IMAGE_MODES}, got {self.images!r}")
         if not isinstance(self.psnr_frames, int) or self.psnr_frames < 0:

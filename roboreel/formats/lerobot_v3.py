@@ -186,7 +186,7 @@ class LeRobotSource:
     def info(self) -> SourceInfo:
         try:
             raw = _read_json(self.fs, self.path(INFO_PATH), INFO_PATH, wrap_missing=False, **self._retry)
-        except FileNotFoundError as e:
+        except (FileNotFoundError, NotADirectoryError) as e:  # NotADirectoryError: the URL names a file
             raise SourceError(f"not a LeRobot v3 dataset: {self.url} has no {INFO_PATH}", file=INFO_PATH) from e
         return SourceInfo.from_dict(raw)
 

@@ -1,0 +1,78 @@
+"""The command line used wrongly: a file where a directory belongs, OUT holding SRC, settings out of range. Each is
+one line naming the path, exit 2, no traceback, and nothing of the user's removed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from roboreel.cli import main
+from roboreel.compile import CompileSettings
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _one_line_error(capsys, verb: str) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith(f"roboreel {verb}: error: ")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_compile_of_a_file_given_as_src(tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("not a dataset\n")
+    assert main(["compile", str(f), str(tmp_path / "out"), "--no-progress"]) == 2
+    assert "has no meta/info.json" in _one_line_error(capsys, "compile")
+    assert not (tmp_path / "out").exists()
+
+
+def test_compile_into_a_path_under_a_file(small_source, tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("keep\n")
+    assert main(["compile", str(small_source), str(f / "out"), "--no-progress"]) == 2
+    assert str(f / "out") in _one_line_error(capsys, "compile")
+    assert f.read_text() == "keep\n"
+
+
+def test_finalize_of_a_file(tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("keep\n")
+    assert main(["compile", "--finalize", str(f)]) == 2
+    assert str(f) in _one_line_error(capsys, "compile")
+    assert f.read_text() == "keep\n"
+
+
+def test_overwrite_never_removes_a_source_inside_out(small_source, small_compiled, tmp_path, capsys):
+    """OUT holds a compile (so --overwrite may replace it) and, inside it, the source: refused before anything is
+    removed. It used to delete OUT with the source in it, then fail on the missing source files."""
+    out = tmp_path / "out"
+    shutil.copytree(small_compiled, out)
+    shutil.copytree(small_source, out / "src")
+    before = _tree(out)
+    for src, dest in [(out / "src", out), (out / "src", out / "src")]:
+        assert main(["compile", str(src), str(dest), "--overwrite", "--no-progress"]) == 2
+        assert "is SRC or a directory holding it" in _one_line_error(capsys, "compile")
+        assert _tree(out) == before
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_min_psnr_must_be_finite(small_source, tmp_path, capsys, value):
+    """Refused up front; NaN and infinity used to pass the check and stop the compile mid-way."""
+    with pytest.raises(ValueError, match="min_psnr"):
+        CompileSettings(min_psnr=float(value))
+    assert main(["compile", str(small_source), str(tmp_path / "out"), "--min-psnr", value, "--no-progress"]) == 2
+    assert "min_psnr must be a finite" in _one_line_error(capsys, "compile")
+    assert not (tmp_path / "out").exists()
+
+
+def test_inspect_of_one_path_with_a_trailing_comma(small_compiled, capsys):
+    assert main(["inspect", str(small_compiled), "--json"]) == 0
+    one = capsys.readouterr().out
+    assert main(["inspect", f"{small_compiled},", "--json"]) == 0
+    assert capsys.readouterr().out == one
