@@ -14,6 +14,7 @@ import os
 import shutil
 from typing import Any
 
+from roboreel.compile.outlock import ensure_idle
 from roboreel.compile.pack import TMP_SUFFIX, atomic_write
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.shardjob import PARTS_DIR, sidecar_path
@@ -140,6 +141,7 @@ def prepare_out(out: str, lock: dict[str, Any], *, overwrite: bool) -> bool:
                     f"{out} is not empty and is not a roboreel compile output; refusing to delete it with "
                     "--overwrite (choose an empty or new directory)"
                 )
+            ensure_idle(out)  # a running compile's files are not deleted under it
             shutil.rmtree(out)
         else:
             old = read_lock(out)

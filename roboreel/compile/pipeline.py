@@ -18,6 +18,7 @@ of OUT and "rerun the same command" (when step 1 fails that way, nothing was wri
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -31,12 +32,14 @@ from roboreel.compile.imageclips import clip_keys, kept_images
 from roboreel.compile.outdir import (
     check_source_files,
     finished_changed,
+    is_compile_dir,
     lock_mismatch,
     make_lock,
     prepare_out,
     read_lock,
     write_snapshot,
 )
+from roboreel.compile.outlock import run_lock
 from roboreel.compile.plan import (
     camera_hw,
     check_encodable,
@@ -176,83 +179,94 @@ def compile_dataset(
         changed = old is not None and (lock_mismatch(old, lock) or finished_changed(out, old, lock, shard_files))
         return old if changed else None
 
-    if earlier_state() is not None:
-        with transition_lock(out):  # one --part job makes the transition; the others then find it made
-            if (old := earlier_state()) is not None and (state := plan_update(out, old, lock, prints)) is not None:
-                begin_update(out, old, lock, state, prints)
-    fresh = prepare_out(out, lock, overwrite=overwrite)
-    if not fresh:
-        check_source_files(out, lock, shard_files)
-    gen = generation(read_lock(out))
-    state = read_state(out, gen) if gen > 1 else None
-    try:
-        write_snapshot(out, source)
-        todo = []
-        for i in mine:
-            sweep_temps(out, i, chunks_size, gen)
-            if shard_done(out, i, gen) is None:
-                sweep_clip_temps(out, i)
-                todo.append(i)
-            else:
-                remove_clips(out, i)  # a kill between a shard's sidecar and the removal of its clips
-        lengths = {e.index: e.length for e in episodes}
-        files = lock["source"]["files"]
-        jobs = [
-            ShardJob(src=source.url, storage_options=storage_options, out=out, shard=i, episodes=tuple(plan[i]),
-                     settings=settings, chunks_size=chunks_size, decode_threads=DECODE_THREADS,
-                     files={rel: files[rel] for rel in sorted(episode_files(source, plan[i])) if rel in files},
-                     retries=retries, backoff_s=backoff_s, generation=gen,
-                     fingerprints={e: prints[e] for e in plan[i]}, reuse=reuse_for(state, prints, plan[i]))
-            for i in todo
-        ]
-        clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in cams
-                             if prints[ep]["clips"].get(cam) not in job.reuse]  # reused: copied when packing
-                 for job in jobs}
-        planned_clips = sum(map(len, clips.values()))
-        clips = {shard: [c for c in cs if clip_done(out, c.shard, c.episode, c.camera, c.source_file) is None]
-                 for shard, cs in clips.items()}
-        reused = planned_clips - sum(map(len, clips.values()))  # finished by an interrupted or failed run
-        work_frames = sum(lengths[e] for j in jobs for e in j.episodes)
-        clip_frames = sum(lengths[c.episode] for cs in clips.values() for c in cs)
-        with tqdm(total=clip_frames, unit="frame", desc="compile", disable=not progress, smoothing=0.05,
-                  bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} camera frames [{elapsed}<{remaining}, "
-                             "{rate_fmt}]") as bar:
-            try:
-                if workers == 1 or sum(map(len, clips.values())) <= 1:
-                    run_inline(jobs, bar.update)
+    with contextlib.ExitStack() as held:
+        # two runs over the same shards remove each other's temps: the second stops here (outlock.run_lock), before
+        # an update's transition or any cleanup touches OUT
+        what = "its shards" if part is None else f"the shards of part {part[0]}/{part[1]}"
+        if existed and is_compile_dir(out) and not overwrite:
+            held.enter_context(run_lock(out, mine, what))
+            locked = True
+        else:
+            locked = False
+        if earlier_state() is not None:
+            with transition_lock(out):  # one --part job makes the transition; the others then find it made
+                if (old := earlier_state()) is not None and (state := plan_update(out, old, lock, prints)) is not None:
+                    begin_update(out, old, lock, state, prints)
+        fresh = prepare_out(out, lock, overwrite=overwrite)
+        if not locked:  # OUT was new (or --overwrite emptied it): the lock file is made in it now
+            held.enter_context(run_lock(out, mine, what))
+        if not fresh:
+            check_source_files(out, lock, shard_files)
+        gen = generation(read_lock(out))
+        state = read_state(out, gen) if gen > 1 else None
+        try:
+            write_snapshot(out, source)
+            todo = []
+            for i in mine:
+                sweep_temps(out, i, chunks_size, gen)
+                if shard_done(out, i, gen) is None:
+                    sweep_clip_temps(out, i)
+                    todo.append(i)
                 else:
-                    run_pool(jobs, clips, workers, bar.update, lengths)
-            finally:
-                forget_sources()  # close the decoders this process opened
-    except Exception as e:  # an interrupt (KeyboardInterrupt) leaves OUT as it is: a rerun resumes
-        if isinstance(e, SourceReadError):  # the network, not the source: keep what is finished, for the rerun
-            raise _rerun_hint(e, f"finished shards and clips stay in {out}: rerun the same command to resume") from e
-        cleaned = fresh and part is None
-        if cleaned:
-            _empty(out, remove_dir=not existed)  # nothing of a failed first compile stays in OUT
-        if isinstance(e, RoboreelError):
-            raise
-        # Anything else (a full disk, a file-size limit, a bug) still gets one line saying what happened to OUT.
-        kept = f"removed what it had written to {out}" if cleaned else f"finished shards and clips stay in {out}; a rerun resumes"
-        raise RoboreelError(f"compile stopped by {type(e).__name__}: {e} ({kept})") from e
-    done_all = finalize and all(shard_done(out, i, gen) is not None for i in range(len(plan)))
-    if finalize and part is None and not done_all:
-        raise RoboreelError(f"compile of {out} finished but shards are missing (another writer in OUT?)")
-    if done_all:
-        remove_clips_dir(out)
-        finalize_out(out)
-    report = make_report(out, plan, mine, len(todo), part, done_all, lengths, work_frames, time.perf_counter() - t0,
-                     gen, {e for j in jobs for e in j.episodes})
-    report.cameras = len(clip_keys(source.info.features, settings))
-    report.images_kept = kept_images(source.info.features, settings)
-    report.input_bytes = round(sum(in_bytes[e] for i in mine for e in plan[i]))
-    report.clips_reused = reused
-    step = frame_step(source.fps, settings.fps)
-    if step > 1:
-        report.frames_out = sum(kept_length(lengths[e], step) for i in mine for e in plan[i])
-        report.fps_out = source.fps // step
-    log.info("%s", report.summary())
-    return report
+                    remove_clips(out, i)  # a kill between a shard's sidecar and the removal of its clips
+            lengths = {e.index: e.length for e in episodes}
+            files = lock["source"]["files"]
+            jobs = [
+                ShardJob(src=source.url, storage_options=storage_options, out=out, shard=i, episodes=tuple(plan[i]),
+                         settings=settings, chunks_size=chunks_size, decode_threads=DECODE_THREADS,
+                         files={rel: files[rel] for rel in sorted(episode_files(source, plan[i])) if rel in files},
+                         retries=retries, backoff_s=backoff_s, generation=gen,
+                         fingerprints={e: prints[e] for e in plan[i]}, reuse=reuse_for(state, prints, plan[i]))
+                for i in todo
+            ]
+            clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in cams
+                                 if prints[ep]["clips"].get(cam) not in job.reuse]  # reused: copied when packing
+                     for job in jobs}
+            planned_clips = sum(map(len, clips.values()))
+            clips = {shard: [c for c in cs if clip_done(out, c.shard, c.episode, c.camera, c.source_file) is None]
+                     for shard, cs in clips.items()}
+            reused = planned_clips - sum(map(len, clips.values()))  # finished by an interrupted or failed run
+            work_frames = sum(lengths[e] for j in jobs for e in j.episodes)
+            clip_frames = sum(lengths[c.episode] for cs in clips.values() for c in cs)
+            with tqdm(total=clip_frames, unit="frame", desc="compile", disable=not progress, smoothing=0.05,
+                      bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} camera frames [{elapsed}<{remaining}, "
+                                 "{rate_fmt}]") as bar:
+                try:
+                    if workers == 1 or sum(map(len, clips.values())) <= 1:
+                        run_inline(jobs, bar.update)
+                    else:
+                        run_pool(jobs, clips, workers, bar.update, lengths)
+                finally:
+                    forget_sources()  # close the decoders this process opened
+        except Exception as e:  # an interrupt (KeyboardInterrupt) leaves OUT as it is: a rerun resumes
+            if isinstance(e, SourceReadError):  # the network, not the source: keep what is finished, for the rerun
+                raise _rerun_hint(e, f"finished shards and clips stay in {out}: rerun the same command to resume") from e
+            cleaned = fresh and part is None
+            if cleaned:
+                _empty(out, remove_dir=not existed)  # nothing of a failed first compile stays in OUT
+            if isinstance(e, RoboreelError):
+                raise
+            # Anything else (a full disk, a file-size limit, a bug) still gets one line saying what happened to OUT.
+            kept = f"removed what it had written to {out}" if cleaned else f"finished shards and clips stay in {out}; a rerun resumes"
+            raise RoboreelError(f"compile stopped by {type(e).__name__}: {e} ({kept})") from e
+        done_all = finalize and all(shard_done(out, i, gen) is not None for i in range(len(plan)))
+        if finalize and part is None and not done_all:
+            raise RoboreelError(f"compile of {out} finished but shards are missing (another writer in OUT?)")
+        if done_all:
+            remove_clips_dir(out)
+            finalize_out(out)
+        report = make_report(out, plan, mine, len(todo), part, done_all, lengths, work_frames, time.perf_counter() - t0,
+                         gen, {e for j in jobs for e in j.episodes})
+        report.cameras = len(clip_keys(source.info.features, settings))
+        report.images_kept = kept_images(source.info.features, settings)
+        report.input_bytes = round(sum(in_bytes[e] for i in mine for e in plan[i]))
+        report.clips_reused = reused
+        step = frame_step(source.fps, settings.fps)
+        if step > 1:
+            report.frames_out = sum(kept_length(lengths[e], step) for i in mine for e in plan[i])
+            report.fps_out = source.fps // step
+        log.info("%s", report.summary())
+        return report
 
 
 def _rerun_hint(e: SourceReadError, hint: str) -> SourceReadError:
