@@ -11,6 +11,7 @@ video_path yields a plain LeRobot dataset. A ``roboreel/shard`` column says whic
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -282,6 +283,9 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
     elif snap.exists(v3.STATS_PATH):
         with snap.open(v3.STATS_PATH) as f:
             put(v3.STATS_PATH, f.read())
+    else:  # a source that has none (any more): the stats of an earlier compile of OUT must not stay
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out, v3.STATS_PATH))
     episodes = _episodes_table(snap, lock, ids, shard_of, info.camera_keys, fps, step,
                                cameras.stats if settings.transforms else None, keep)
     put(v3.EPISODES_PATH.format(chunk_index=0, file_index=0), table_to_parquet_bytes(episodes))
