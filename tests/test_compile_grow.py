@@ -259,3 +259,19 @@ def test_a_same_size_edit_on_a_plain_http_server_is_recompiled(grown, tmp_path):
     compile_dataset(str(src), str(fresh), settings=TEST, workers=1)
     assert report.shards_compiled >= 1  # the edited file's shards: re-packed, rows read again, clips kept
     assert_same_compile(out, fresh)
+
+
+def test_a_stats_json_the_source_dropped_is_dropped(grown, tmp_path):
+    """A source whose meta/stats.json went away (deleted to be recomputed, or replaced by an edit that writes
+    none) recompiled into the same OUT: OUT's stats.json goes too, as a fresh compile has none; the previous
+    compile's stats stayed in meta/, so the reader and lerobot-train normalized with stats of another state."""
+    src = tmp_path / "src"
+    shutil.copytree(grown[0], src)
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    compile_dataset(str(src), str(out), settings=TEST, workers=1)
+    assert (out / "meta/stats.json").exists()
+    (src / "meta/stats.json").unlink()
+    compile_dataset(str(src), str(out), settings=TEST, workers=1)
+    compile_dataset(str(src), str(fresh), settings=TEST, workers=1)
+    assert not (out / "meta/stats.json").exists()
+    assert_same_compile(out, fresh)

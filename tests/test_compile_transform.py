@@ -242,6 +242,32 @@ def test_a_transform_to_what_the_source_is_is_the_plain_compile(tmp_path, asked)
     assert (same / "meta/stats.json").read_bytes() == (src / "meta/stats.json").read_bytes()
 
 
+@pytest.mark.parametrize("fps", [None, 10], ids=["resize", "resize+fps"])
+def test_resize_keeps_the_sources_tabular_stats(tmp_path, fps):
+    """``lerobot-edit-dataset recompute_stats --relative_action`` rewrites stats.json's ``action`` entry (and only
+    stats.json) with stats no recorder computes. ``--resize`` alone keeps every row, so stats.json and the
+    per-episode stats of every tabular feature stay the source's, and only the cameras' are recomputed; they
+    used to be recomputed from the rows too, so a compile at the training resolution silently swapped a
+    policy's relative-action normalization for the absolute one. ``--fps`` keeps other rows: recomputed."""
+    src = make_source(tmp_path / "src", episodes=2, min_length=6, max_length=8, height=64, width=64)
+    stats = json.loads((src / "meta/stats.json").read_text())
+    custom = {k: [x - 100.0 if isinstance(x, float) else x for x in v] for k, v in stats["action"].items()}
+    (src / "meta/stats.json").write_text(json.dumps({**stats, "action": custom}, indent=4))
+    out = tmp_path / "out"
+    compile_dataset(str(src), str(out), workers=1,
+                    settings=CompileSettings.for_tests().replace(resize=(32, 32), fps=fps))
+    got = json.loads((out / "meta/stats.json").read_text())
+    episodes = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    source_eps = pq.read_table(src / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert got[TOP] != stats[TOP]  # the cameras' stats are those of the resized frames
+    assert np.asarray(got[TOP]["mean"]).shape == (3, 1, 1)
+    if fps is None:
+        assert got["action"] == custom and got["observation.state"] == stats["observation.state"]
+        assert [e["stats/action/mean"] for e in episodes] == [e["stats/action/mean"] for e in source_eps]
+    else:
+        assert got["action"]["count"] == [sum(e["length"] for e in episodes)] and got["action"] != custom
+
+
 def test_depth_frames_resize_nearest_never_averaged():
     """A depth map's pixels are kept values of the source, never a mean of neighbours (nearest neighbour)."""
     rng = np.random.default_rng(0)

@@ -11,6 +11,7 @@ video_path yields a plain LeRobot dataset. A ``roboreel/shard`` column says whic
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -170,9 +171,11 @@ def compiled_features(features: dict[str, Any], specs: list[CameraSpec], setting
 
 
 def _episodes_table(snapshot, lock: dict, ids: np.ndarray, shard_of: np.ndarray, cams: list[str],
-                    fps: int, step: int = 1, stats: dict[int, dict[str, Any]] | None = None) -> pa.Table:
+                    fps: int, step: int = 1, stats: dict[int, dict[str, Any]] | None = None,
+                    keep: frozenset[str] = frozenset()) -> pa.Table:
     """meta/episodes for the compiled layout; with ``step`` > 1 lengths and indices on the new grid
-    (resample.py), with ``stats`` its ``stats/`` columns replaced by the recomputed ones (stats.py)."""
+    (resample.py), with ``stats`` its ``stats/`` columns replaced by the recomputed ones (stats.py), except
+    those of the features in ``keep`` that the source has."""
     tables = [read_parquet(snapshot.fs, snapshot.path(rel), rel) for rel in snapshot.episode_files()]
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
     table = table.take(pc.sort_indices(table, [("episode_index", "ascending")]))
@@ -188,7 +191,10 @@ def _episodes_table(snapshot, lock: dict, ids: np.ndarray, shard_of: np.ndarray,
     if step > 1:
         cols |= {"length": lengths, "dataset_from_index": starts[:-1], "dataset_to_index": starts[1:]}
     if stats is not None:
-        table = table.drop_columns([n for n in table.column_names if n.startswith("stats/")])
+        kept = keep & {_stats_feature(n) for n in table.column_names if n.startswith("stats/")}
+        table = table.drop_columns([n for n in table.column_names
+                                    if n.startswith("stats/") and _stats_feature(n) not in kept])
+        stats = {ep: {k: v for k, v in st.items() if k not in kept} for ep, st in stats.items()}
         for name, values in episode_columns(eps, stats).items():
             table = table.append_column(name, pa.array(values))
     for cam in cams:
@@ -203,6 +209,11 @@ def _episodes_table(snapshot, lock: dict, ids: np.ndarray, shard_of: np.ndarray,
         else:
             table = table.append_column(name, pa.array(values, type=pa.int64()))
     return table.append_column(SHARD_COLUMN, pa.array(shard, type=pa.int64()))
+
+
+def _stats_feature(column: str) -> str:
+    """The feature of a meta/episodes ``stats/<feature>/<stat>`` column (a feature name may hold slashes)."""
+    return column[len("stats/"):].rsplit("/", 1)[0]
 
 
 def finalize(out: str) -> Manifest:
@@ -260,13 +271,23 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
     put(v3.INFO_PATH, (json.dumps(new_info, indent=4) + "\n").encode())
     with snap.open(v3.TASKS_PATH) as f:
         put(v3.TASKS_PATH, f.read())
+    # --resize alone keeps every row as it is: the stats of the tabular features stay the source's (which need
+    # not be what the recorder computed: lerobot-edit-dataset's recompute_stats --relative_action rewrites the
+    # action's); the cameras' are recomputed from the frames written. --fps keeps other rows: all recomputed.
+    src_stats = snap.stats or {}
+    keep = frozenset(k for k in src_stats if k in info.features and k not in cams) \
+        if settings.transforms and step == 1 else frozenset()
     if settings.transforms:  # what was kept differs from the source: stats of the compiled frames and rows
-        put(v3.STATS_PATH, (json.dumps(dataset_stats(cameras.stats, info.features), indent=4) + "\n").encode())
+        stats = {**dataset_stats(cameras.stats, info.features), **{k: src_stats[k] for k in keep}}
+        put(v3.STATS_PATH, (json.dumps(dict(sorted(stats.items())), indent=4) + "\n").encode())
     elif snap.exists(v3.STATS_PATH):
         with snap.open(v3.STATS_PATH) as f:
             put(v3.STATS_PATH, f.read())
+    else:  # a source that has none (any more): the stats of an earlier compile of OUT must not stay
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out, v3.STATS_PATH))
     episodes = _episodes_table(snap, lock, ids, shard_of, info.camera_keys, fps, step,
-                               cameras.stats if settings.transforms else None)
+                               cameras.stats if settings.transforms else None, keep)
     put(v3.EPISODES_PATH.format(chunk_index=0, file_index=0), table_to_parquet_bytes(episodes))
 
     manifest = Manifest(
