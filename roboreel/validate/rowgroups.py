@@ -123,7 +123,7 @@ def _scan_file(root: Root, rel: str, info: v3.SourceInfo, report: Report,
                                      f"(row {bad[0]} of the row group first): LeRobot returns None there instead "
                                      "of a tensor", file=rel, row_group=rg, episodes=sorted(found))
                 if len(found) > 1:
-                    report.error("rowgroup-multi-episode", f"row group holds {len(found)} episodes ({_MULTI_HINT})",
+                    report.warning("rowgroup-multi-episode", f"row group holds {len(found)} episodes ({_MULTI_HINT})",
                                  file=rel, row_group=rg, episodes=list(found))
                 for ep, seg in found.items():
                     segments[ep].append(seg)
@@ -203,7 +203,7 @@ def scan_data(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta] | 
         if len(segs) > 1:
             one_file = len({s.file for s in segs}) == 1
             places = ", ".join(str(s.row_group) if one_file else s.place for s in segs)
-            report.error("episode-split-rowgroups", f"rows spread over {len(segs)} row groups: {places}",
+            report.warning("episode-split-rowgroups", f"rows spread over {len(segs)} row groups: {places}",
                          file=segs[0].file, episode=ep)
         if episodes is not None and ep not in by_index:
             report.error("episode-not-in-meta", f"{sum(s.rows for s in segs)} rows of an episode meta/episodes "
