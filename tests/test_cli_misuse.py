@@ -76,3 +76,13 @@ def test_inspect_of_one_path_with_a_trailing_comma(small_compiled, capsys):
     one = capsys.readouterr().out
     assert main(["inspect", f"{small_compiled},", "--json"]) == 0
     assert capsys.readouterr().out == one
+
+
+def test_compile_of_a_compiled_output_says_so(small_compiled, tmp_path, capsys):
+    """A compiled output's meta/ reads as LeRobot v3, but its frames are in shards: before, compile failed on the
+    first missing mp4 ("missing file videos/..."), which reads like a broken source."""
+    before = _tree(small_compiled)
+    assert main(["compile", str(small_compiled), str(tmp_path / "out"), "--no-progress"]) == 2
+    assert "is a roboreel compiled output, not a LeRobot v3 source: it is compiled already" in \
+        _one_line_error(capsys, "compile")
+    assert not (tmp_path / "out").exists() and _tree(small_compiled) == before

@@ -393,3 +393,4 @@ def test_the_summary_says_why_it_has_no_psnr():
               frames_per_s=4.0, finalized=True)
     assert "PSNR n/a (no lossy clips; 2 lossless)" in CompileReport(**kw, clips_lossless=2).summary()
     assert "PSNR n/a (no re-encoded clips)" in CompileReport(**kw).summary()
+    assert "PSNR not sampled (--psnr-frames 0)" in CompileReport(**kw, clips_unsampled=2).summary()

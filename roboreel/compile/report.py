@@ -66,6 +66,7 @@ class CompileReport:
     episodes_reused: int = 0  # episodes of this part taken as compiled from OUT's previous generation
     episodes_compiled: int = 0  # episodes of this part whose clips this run made (encoded or stream-copied)
     clips_previous: int = 0  # clips copied from OUT's previous generation (no decode, no encode)
+    clips_unsampled: int = 0  # lossy clips this run encoded with no frame sampled for PSNR (--psnr-frames 0)
 
     @property
     def size_ratio(self) -> float | None:
@@ -74,6 +75,7 @@ class CompileReport:
 
     def summary(self) -> str:
         psnr = (f"PSNR mean {self.psnr_mean:.2f} dB, min {self.psnr_min:.2f} dB" if self.psnr_mean is not None
+                else "PSNR not sampled (--psnr-frames 0)" if self.clips_unsampled
                 else f"PSNR n/a (no lossy clips; {self.clips_lossless} lossless)" if self.clips_lossless
                 else "PSNR n/a (no re-encoded clips)")
         part = f" (part {self.part[0]}/{self.part[1]})" if self.part else ""
@@ -137,7 +139,7 @@ def make_report(out: str, plan: list[list[int]], mine: list[int], compiled: int,
     values: list[float] = []
     per_cam: dict[str, list[float]] = {}
     floor_min: list[float] = []  # each re-encoded clip's lowest PSNR over every frame checked (transcode.py)
-    encoded = remuxed = lossless = previous = 0
+    encoded = remuxed = lossless = previous = unsampled = 0
     whys: list[str] = []
     for side in sides:
         if side is None:
@@ -153,6 +155,7 @@ def make_report(out: str, plan: list[list[int]], mine: list[int], compiled: int,
                     continue
                 encoded += not c.get("reused")
                 finite = [p for p in c["psnr"] if p is not None]
+                unsampled += not c.get("reused") and not c.get("lossless") and not c["psnr"]
                 values += finite
                 if c.get("psnr_min") is not None:
                     floor_min.append(c["psnr_min"])
@@ -165,7 +168,7 @@ def make_report(out: str, plan: list[list[int]], mine: list[int], compiled: int,
         bytes=sum(s["tar"]["size"] for s in sides if s is not None),
         psnr_mean=sum(values) / len(values) if values else None,
         psnr_min=min(values + floor_min) if values or floor_min else None,
-        reencode_reasons=group_reasons(whys), clips_lossless=lossless,
+        reencode_reasons=group_reasons(whys), clips_lossless=lossless, clips_unsampled=unsampled,
         seconds=seconds, frames_per_s=work_frames / seconds if seconds > 0 else math.inf,
         finalized=finalized, part=part,
         psnr_per_camera={cam: sum(v) / len(v) for cam, v in per_cam.items() if v},
