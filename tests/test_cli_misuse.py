@@ -86,3 +86,17 @@ def test_compile_of_a_compiled_output_says_so(small_compiled, tmp_path, capsys):
     assert "is a roboreel compiled output, not a LeRobot v3 source: it is compiled already" in \
         _one_line_error(capsys, "compile")
     assert not (tmp_path / "out").exists() and _tree(small_compiled) == before
+
+
+def test_inspect_and_doctor_of_an_unfinished_compile_say_so(small_compiled, tmp_path, capsys):
+    """As validate does (manifest-missing), not "not a dataset"."""
+    out = tmp_path / "out"
+    shutil.copytree(small_compiled, out)
+    (out / "roboreel.json").unlink()
+    shutil.rmtree(out / "meta")  # finalize writes meta/ and the manifest: a run killed before it left neither
+    assert main(["inspect", str(out)]) == 2
+    assert "compile has not finished" in _one_line_error(capsys, "inspect")
+    assert main(["doctor", str(out)]) == 2  # doctor says it in its verdict
+    captured = capsys.readouterr()
+    assert "VERDICT: cannot read" in captured.out and "compile has not finished" in captured.out
+    assert "Traceback" not in captured.err

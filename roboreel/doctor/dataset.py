@@ -21,7 +21,7 @@ from roboreel.doctor.nvdec import nvdec_support
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import CompiledFormatError, SourceError
 from roboreel.formats.manifest import MANIFEST_NAME, load_manifest, transform_summary
-from roboreel.formats.shard import clip_member
+from roboreel.formats.shard import SHARD_DIR, clip_member
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +137,9 @@ def check_dataset(path: str, *, cuda: CudaInfo, gpu_device: str | None, gpu_requ
         seek_mode: Literal["exact", "approximate"] = "exact"  # a clip is one episode: small
     elif fs.exists(posixpath.join(root, v3.INFO_PATH)):
         kind, clips, seek_mode = "source", _source_clips(path), "approximate"  # shared mp4s can be large
+    elif fs.isdir(posixpath.join(root, SHARD_DIR)):  # what validate says of it too
+        raise CompiledFormatError(f"shards/ but no {MANIFEST_NAME}: compile has not finished (rerun it, or "
+                                  "`roboreel compile --finalize` once every part is done)", file=path)
     else:
         raise SourceError(f"not a compiled roboreel dataset (no {MANIFEST_NAME}) nor a LeRobot v3 source "
                           f"(no {v3.INFO_PATH})", file=path)

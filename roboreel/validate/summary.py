@@ -14,7 +14,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3 as v3
+from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.manifest import MANIFEST_NAME, load_manifest, transform_summary
+from roboreel.formats.shard import SHARD_DIR
 from roboreel.formats.table_features import image_keys
 from roboreel.validate._io import Root
 
@@ -109,6 +111,9 @@ def summarize(path: str, *, storage_options: dict[str, Any] | None = None) -> di
         return _compiled_summary(root)
     if root.exists(v3.INFO_PATH):
         return _source_summary(root)
+    if root.isdir(SHARD_DIR):  # what validate says of it too
+        raise CompiledFormatError(f"shards/ but no {MANIFEST_NAME}: compile has not finished (rerun it, or "
+                                  "`roboreel compile --finalize` once every part is done)", file=str(path))
     raise v3.SourceError(f"neither {v3.INFO_PATH} nor {MANIFEST_NAME} found: not a dataset", file=str(path))
 
 
