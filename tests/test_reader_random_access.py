@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -101,3 +102,16 @@ def test_lerobot_dataset_members_a_script_may_read(medium):
     _bit_equal(ds[11], plain)
     with pytest.raises(ValueError, match="callable"):
         ds.set_image_transforms("flip")
+
+
+def test_threads_take_turns(medium):
+    """Two threads indexing one dataset (its decoders are stateful): every sample still the stream's."""
+    _, compiled = medium
+    ds = CompiledDataset(str(compiled), shuffle=False, delta_timestamps=WINDOWS)
+    stream = list(CompiledDataset(str(compiled), shuffle=False, delta_timestamps=WINDOWS))
+    order = list(range(len(stream)))
+    random.Random(2).shuffle(order)
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(ds.__getitem__, order))
+    for i, sample in zip(order, got, strict=True):
+        _bit_equal(sample, stream[i])

@@ -9,13 +9,14 @@ How: the episode holding ``i`` is found from the index's lengths (nothing read),
 read of its shard (fetch/source.py), checksums checked, and the last few episodes are kept with their clips'
 decoders, so frames asked in order decode forward as the stream does; a jump costs a seek to the keyframe before
 it (at most ``gop - 1`` extra frames). Frames decode on the CPU of the calling process whatever
-``DecodeOptions.device`` says: one frame at a time gains nothing from NVDEC. One ``RandomAccess`` is not
-thread-safe, and it is not pickled with its dataset (a DataLoader worker makes its own).
+``DecodeOptions.device`` says: one frame at a time gains nothing from NVDEC. Calls from several threads take
+turns (its decoders are stateful); it is not pickled with its dataset (another process makes its own).
 """
 
 from __future__ import annotations
 
 import operator
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -44,6 +45,7 @@ class RandomAccess:
                                   backoff_s=ds.backoff_s)
         self.decoders = ClipDecoders(device="cpu", keep=ds.keep_frames, depth=ds.depth, run_cache_bytes=0)
         self.live: OrderedDict[int, LoadedEpisode] = OrderedDict()  # selection position -> episode, LRU order
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -66,11 +68,11 @@ class RandomAccess:
     def sample(self, i: Any) -> dict[str, Any]:
         """The sample dict of frame ``i`` (as an iteration yields it)."""
         k, frame = self.position(i)
-        ep = self._episode(k)
-        pending = ep.pending(frame, last=False)
         ds = self.ds
-        return materialize([pending], self.decoders, tolerance_s=ds.tolerance_s, return_uint8=ds.return_uint8,
-                           image_transforms=ds.image_transforms, image_clips=ds.image_clips)[0]
+        with self._lock:
+            pending = self._episode(k).pending(frame, last=False)
+            return materialize([pending], self.decoders, tolerance_s=ds.tolerance_s, return_uint8=ds.return_uint8,
+                               image_transforms=ds.image_transforms, image_clips=ds.image_clips)[0]
 
     def _episode(self, k: int) -> LoadedEpisode:
         ep = self.live.get(k)
@@ -96,5 +98,6 @@ class RandomAccess:
 
     def close(self) -> None:
         """Close every decoder and drop the kept episodes."""
-        self.decoders.close()
-        self.live.clear()
+        with self._lock:
+            self.decoders.close()
+            self.live.clear()
