@@ -100,3 +100,15 @@ def test_inspect_and_doctor_of_an_unfinished_compile_say_so(small_compiled, tmp_
     captured = capsys.readouterr()
     assert "VERDICT: cannot read" in captured.out and "compile has not finished" in captured.out
     assert "Traceback" not in captured.err
+
+
+def test_ctrl_c_while_the_verbs_load_is_one_line(monkeypatch, capsys):
+    """Ctrl-C in the first second (the verbs' modules loading) printed a KeyboardInterrupt traceback."""
+    import roboreel.cli as cli
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["validate", "."]) == 130
+    assert capsys.readouterr().err == "interrupted\n"

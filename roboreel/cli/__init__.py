@@ -81,6 +81,16 @@ def _offline(e: BaseException) -> BaseException | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``roboreel`` command; its exit status (0 done, 1 violations where a verb has them, 2 errors, 130
+    interrupted: also while the verbs' modules still load)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     own, passthrough = _split_passthrough(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(own)
