@@ -91,6 +91,23 @@ def test_validate_over_http_without_listings_equals_local(small_source, small_co
         assert local_reports[kind][0] == 0
 
 
+def test_validate_names_an_unfinished_compile_served_without_listings(small_compiled, tmp_path) -> None:
+    """A compile that has not finished (no roboreel.json yet) is reported as such, locally and served by a server
+    without directory listings (not as a path that does not exist), before finalize and during it (meta/
+    written, roboreel.json not yet: not a LeRobot source)."""
+    half = shutil.copytree(small_compiled, tmp_path / "half")
+    (half / "roboreel.json").unlink()
+    reports = [validate(str(half))]
+    with FaultyServer(half) as server:
+        reports.append(validate(server.url))
+    shutil.rmtree(half / "meta")
+    shutil.rmtree(half / "index")
+    reports.append(validate(str(half)))
+    with FaultyServer(half) as server:
+        reports.append(validate(server.url))
+    assert [(r.exit_code, [f.code for f in r.findings]) for r in reports] == [(2, ["manifest-missing"])] * 4
+
+
 @pytest.mark.parametrize("target", ["info", "mp4"])
 def test_validate_source_retries_a_transient_fault(small_source, local_reports, target) -> None:
     path = {"info": "/meta/info.json", "mp4": first_mp4(small_source)}[target]

@@ -22,9 +22,9 @@ from roboreel.compile.sourcefiles import changed_files
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import CompiledFormatError, SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
-from roboreel.formats.manifest import MANIFEST_NAME
+from roboreel.formats.manifest import COMPILE_LOCK_NAME, MANIFEST_NAME
 
-LOCK_NAME = ".roboreel-compile.json"
+LOCK_NAME = COMPILE_LOCK_NAME
 LOCK_FORMAT = "roboreel-compile-lock"
 LOCK_VERSION = 1
 SNAPSHOT_DIR = f"{PARTS_DIR}/source"

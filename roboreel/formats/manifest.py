@@ -34,6 +34,7 @@ FORMAT_NAME = "roboreel"
 FORMAT_VERSION = 2  # 2: per-episode/per-shard facts in the columnar index (index.py); 1: all in this JSON
 READABLE_VERSIONS = (1, 2)
 MANIFEST_NAME = "roboreel.json"
+COMPILE_LOCK_NAME = ".roboreel-compile.json"  # written by compile before anything else (compile/outdir.py)
 
 
 @dataclass(frozen=True)
