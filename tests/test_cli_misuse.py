@@ -88,12 +88,14 @@ def test_compile_of_a_compiled_output_says_so(small_compiled, tmp_path, capsys):
     assert not (tmp_path / "out").exists() and _tree(small_compiled) == before
 
 
-def test_inspect_and_doctor_of_an_unfinished_compile_say_so(small_compiled, tmp_path, capsys):
-    """As validate does (manifest-missing), not "not a dataset"."""
+@pytest.mark.parametrize("killed", ["before-finalize", "during-finalize"])
+def test_inspect_and_doctor_of_an_unfinished_compile_say_so(small_compiled, tmp_path, capsys, killed):
+    """As validate does (manifest-missing), not "not a dataset", nor a LeRobot source whose videos are missing."""
     out = tmp_path / "out"
     shutil.copytree(small_compiled, out)
-    (out / "roboreel.json").unlink()
-    shutil.rmtree(out / "meta")  # finalize writes meta/ and the manifest: a run killed before it left neither
+    (out / "roboreel.json").unlink()  # finalize writes meta/, then the manifest
+    if killed == "before-finalize":
+        shutil.rmtree(out / "meta")
     assert main(["inspect", str(out)]) == 2
     assert "compile has not finished" in _one_line_error(capsys, "inspect")
     assert main(["doctor", str(out)]) == 2  # doctor says it in its verdict

@@ -20,7 +20,7 @@ from roboreel.doctor.env import CudaInfo
 from roboreel.doctor.nvdec import nvdec_support
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import CompiledFormatError, SourceError
-from roboreel.formats.manifest import MANIFEST_NAME, load_manifest, transform_summary
+from roboreel.formats.manifest import COMPILE_LOCK_NAME, MANIFEST_NAME, load_manifest, transform_summary
 from roboreel.formats.shard import SHARD_DIR, clip_member
 
 logger = logging.getLogger(__name__)
@@ -135,11 +135,13 @@ def check_dataset(path: str, *, cuda: CudaInfo, gpu_device: str | None, gpu_requ
         kind: Literal["compiled", "source"] = "compiled"
         clips = _compiled_clips(path)
         seek_mode: Literal["exact", "approximate"] = "exact"  # a clip is one episode: small
+    elif fs.exists(posixpath.join(root, COMPILE_LOCK_NAME)) or (
+            not fs.exists(posixpath.join(root, v3.INFO_PATH)) and fs.isdir(posixpath.join(root, SHARD_DIR))):
+        # what validate says of it too; the lock before meta/info.json: finalize writes meta/ before the manifest
+        raise CompiledFormatError(f"no {MANIFEST_NAME}: compile has not finished (rerun it, or "
+                                  "`roboreel compile --finalize` once every part is done)", file=path)
     elif fs.exists(posixpath.join(root, v3.INFO_PATH)):
         kind, clips, seek_mode = "source", _source_clips(path), "approximate"  # shared mp4s can be large
-    elif fs.isdir(posixpath.join(root, SHARD_DIR)):  # what validate says of it too
-        raise CompiledFormatError(f"shards/ but no {MANIFEST_NAME}: compile has not finished (rerun it, or "
-                                  "`roboreel compile --finalize` once every part is done)", file=path)
     else:
         raise SourceError(f"not a compiled roboreel dataset (no {MANIFEST_NAME}) nor a LeRobot v3 source "
                           f"(no {v3.INFO_PATH})", file=path)

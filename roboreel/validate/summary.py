@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import CompiledFormatError
-from roboreel.formats.manifest import MANIFEST_NAME, load_manifest, transform_summary
+from roboreel.formats.manifest import COMPILE_LOCK_NAME, MANIFEST_NAME, load_manifest, transform_summary
 from roboreel.formats.shard import SHARD_DIR
 from roboreel.formats.table_features import image_keys
 from roboreel.validate._io import Root
@@ -109,11 +109,12 @@ def summarize(path: str, *, storage_options: dict[str, Any] | None = None) -> di
         raise FileNotFoundError(f"{path} does not exist")
     if root.exists(MANIFEST_NAME):
         return _compiled_summary(root)
+    # what validate says of it too; the lock before meta/info.json: finalize writes meta/ before roboreel.json
+    if root.exists(COMPILE_LOCK_NAME) or (not root.exists(v3.INFO_PATH) and root.isdir(SHARD_DIR)):
+        raise CompiledFormatError(f"no {MANIFEST_NAME}: compile has not finished (rerun it, or "
+                                  "`roboreel compile --finalize` once every part is done)", file=str(path))
     if root.exists(v3.INFO_PATH):
         return _source_summary(root)
-    if root.isdir(SHARD_DIR):  # what validate says of it too
-        raise CompiledFormatError(f"shards/ but no {MANIFEST_NAME}: compile has not finished (rerun it, or "
-                                  "`roboreel compile --finalize` once every part is done)", file=str(path))
     raise v3.SourceError(f"neither {v3.INFO_PATH} nor {MANIFEST_NAME} found: not a dataset", file=str(path))
 
 
