@@ -207,6 +207,18 @@ def _all_data(src: Path, fn) -> None:
                 w.write_table(table.filter(pa.array(eps == ep)))
 
 
+def _refused_by_both(broken: Path, tmp_path: Path, capsys, ep, message: str) -> dict:
+    """compile exits 2 with ``message`` naming the episode's file and the episode, writing nothing; validate
+    --fast exits 1 with one finding, returned for the caller to check."""
+    out = tmp_path / "out"
+    rc, err = compile_cli(broken, out, capsys)
+    assert rc == 2 and message in err and f"{ep.data_path}, episode {ep.index}" in err, err
+    assert_nothing_written(out)
+    assert main(["validate", str(broken), "--fast", "--json"]) == 1
+    [f] = json.loads(capsys.readouterr().out)["findings"]
+    return f
+
+
 def _as(t: pa.Table, name: str, typ: pa.DataType) -> pa.Table:
     return t.set_column(t.column_names.index(name), name, t.column(name).cast(typ, safe=False))
 
@@ -250,12 +262,7 @@ def test_task_index_not_in_tasks(broken, tmp_path, capsys):
     _all_data(broken, lambda t: set_column(t, "task_index", int(
         t.column("episode_index").to_numpy().tolist().index(ep.index)), 99) if ep.index in
         t.column("episode_index").to_pylist() else t)
-    out = tmp_path / "out"
-    rc, err = compile_cli(broken, out, capsys)
-    assert rc == 2 and "task_index [99] not in meta/tasks.parquet" in err and f"{ep.data_path}, episode {ep.index}" in err
-    assert_nothing_written(out)
-    assert main(["validate", str(broken), "--fast", "--json"]) == 1
-    [f] = json.loads(capsys.readouterr().out)["findings"]
+    f = _refused_by_both(broken, tmp_path, capsys, ep, "task_index [99] not in meta/tasks.parquet")
     assert (f["code"], f["file"], f["episodes"]) == ("task-index-unknown", ep.data_path, [ep.index])
 
 
@@ -293,12 +300,7 @@ def test_nan_timestamp(broken, tmp_path, capsys):
         return set_column(t, "timestamp", row, float("nan"))
 
     _all_data(broken, nan_at)
-    out = tmp_path / "out"
-    rc, err = compile_cli(broken, out, capsys)
-    assert rc == 2 and "frame_index 3 has timestamp nan" in err and f"{ep.data_path}, episode {ep.index}" in err
-    assert_nothing_written(out)
-    assert main(["validate", str(broken), "--fast", "--json"]) == 1
-    [f] = json.loads(capsys.readouterr().out)["findings"]
+    f = _refused_by_both(broken, tmp_path, capsys, ep, "frame_index 3 has timestamp nan")
     assert (f["code"], f["file"], f["episode"]) == ("timestamp-mismatch", ep.data_path, ep.index)
 
 
@@ -318,11 +320,6 @@ def test_null_in_a_numeric_feature(broken, tmp_path, capsys, where):
         return set_column(t, "observation.state", row, value)
 
     _all_data(broken, null_at)
-    out = tmp_path / "out"
-    rc, err = compile_cli(broken, out, capsys)
-    assert rc == 2 and "column 'observation.state' is null or holds a null at frame_index 4" in err
-    assert f"{ep.data_path}, episode {ep.index}" in err
-    assert_nothing_written(out)
-    assert main(["validate", str(broken), "--fast", "--json"]) == 1
-    [f] = json.loads(capsys.readouterr().out)["findings"]
+    f = _refused_by_both(broken, tmp_path, capsys, ep, "column 'observation.state' is null or holds a null at "
+                         "frame_index 4")
     assert (f["code"], f["file"], f["episodes"]) == ("data-null", ep.data_path, [ep.index])
