@@ -274,10 +274,11 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
     # --resize alone keeps every row as it is: the stats of the tabular features stay the source's (which need
     # not be what the recorder computed: lerobot-edit-dataset's recompute_stats --relative_action rewrites the
     # action's); the cameras' are recomputed from the frames written. --fps keeps other rows: all recomputed.
-    src_stats = snap.stats or {}
-    keep = frozenset(k for k in src_stats if k in info.features and k not in cams) \
-        if settings.transforms and step == 1 else frozenset()
+    keep: frozenset[str] = frozenset()
     if settings.transforms:  # what was kept differs from the source: stats of the compiled frames and rows
+        src_stats = snap.stats or {}
+        if step == 1:
+            keep = frozenset(k for k in src_stats if k in info.features and k not in cams)
         stats = {**dataset_stats(cameras.stats, info.features), **{k: src_stats[k] for k in keep}}
         put(v3.STATS_PATH, (json.dumps(dict(sorted(stats.items())), indent=4) + "\n").encode())
     elif snap.exists(v3.STATS_PATH):

@@ -20,8 +20,8 @@ from roboreel.doctor.env import CudaInfo
 from roboreel.doctor.nvdec import nvdec_support
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import CompiledFormatError, SourceError
-from roboreel.formats.manifest import COMPILE_LOCK_NAME, MANIFEST_NAME, load_manifest, transform_summary
-from roboreel.formats.shard import SHARD_DIR, clip_member
+from roboreel.formats.manifest import MANIFEST_NAME, load_manifest, transform_summary, unfinished_compile
+from roboreel.formats.shard import clip_member
 
 logger = logging.getLogger(__name__)
 
@@ -131,15 +131,12 @@ def check_dataset(path: str, *, cuda: CudaInfo, gpu_device: str | None, gpu_requ
     root = root.rstrip("/")
     if not fs.exists(root):
         raise SourceError("no such dataset directory", file=path)
+    unfinished_compile(lambda rel: fs.exists(posixpath.join(root, rel)),
+                       lambda rel: fs.isdir(posixpath.join(root, rel)), path)
     if fs.exists(posixpath.join(root, MANIFEST_NAME)):
         kind: Literal["compiled", "source"] = "compiled"
         clips = _compiled_clips(path)
         seek_mode: Literal["exact", "approximate"] = "exact"  # a clip is one episode: small
-    elif fs.exists(posixpath.join(root, COMPILE_LOCK_NAME)) or (
-            not fs.exists(posixpath.join(root, v3.INFO_PATH)) and fs.isdir(posixpath.join(root, SHARD_DIR))):
-        # what validate says of it too; the lock before meta/info.json: finalize writes meta/ before the manifest
-        raise CompiledFormatError(f"no {MANIFEST_NAME}: compile has not finished (rerun it, or "
-                                  "`roboreel compile --finalize` once every part is done)", file=path)
     elif fs.exists(posixpath.join(root, v3.INFO_PATH)):
         kind, clips, seek_mode = "source", _source_clips(path), "approximate"  # shared mp4s can be large
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -26,6 +27,8 @@ from roboreel.formats.index import (
     ShardEntry,
 )
 from roboreel.formats.index_write import write_index
+from roboreel.formats.lerobot_v3_layout import INFO_PATH
+from roboreel.formats.shard import SHARD_DIR
 
 __all__ = ["MANIFEST_NAME", "CameraSpec", "EpisodeEntry", "Manifest", "MemberInfo", "ShardEntry", "load_manifest",
            "write_manifest"]
@@ -35,6 +38,18 @@ FORMAT_VERSION = 2  # 2: per-episode/per-shard facts in the columnar index (inde
 READABLE_VERSIONS = (1, 2)
 MANIFEST_NAME = "roboreel.json"
 COMPILE_LOCK_NAME = ".roboreel-compile.json"  # written by compile before anything else (compile/outdir.py)
+
+
+def unfinished_compile(exists: Callable[[str], bool], isdir: Callable[[str], bool], path: str) -> None:
+    """Raise CompiledFormatError when the dataset root ``path`` (``exists`` / ``isdir`` of its relative paths) is a
+    compile that has not written roboreel.json yet: its compile lock is there (looked for before meta/info.json,
+    which finalize writes first), or shards/ without meta/info.json. inspect and doctor say so, as validate does
+    (``manifest-missing``), instead of "not a dataset" or reading it as a LeRobot source."""
+    if exists(MANIFEST_NAME):
+        return
+    if exists(COMPILE_LOCK_NAME) or (not exists(INFO_PATH) and isdir(SHARD_DIR)):
+        raise CompiledFormatError(f"no {MANIFEST_NAME}: compile has not finished (rerun it, or "
+                                  "`roboreel compile --finalize` once every part is done)", file=path)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,11 @@ _FLAG_UNEVEN = 0
 MAX_KEEP = 32
 
 
+def _check_transforms(image_transforms: Any) -> None:
+    if image_transforms is not None and not callable(image_transforms):
+        raise ValueError("image_transforms must be callable or None")
+
+
 class CompiledDataset(EpochState, IterableDataset):
     """Stream a compiled roboreel dataset into training; samples match ``LeRobotDataset.__getitem__``.
 
@@ -146,8 +151,7 @@ class CompiledDataset(EpochState, IterableDataset):
         decode_device = resolve_decode_device(decode.device, fallback=decode.fallback)
         if not isinstance(episode_pool_size, int) or episode_pool_size < 1:
             raise ValueError(f"episode_pool_size must be an integer >= 1, got {episode_pool_size!r}")
-        if image_transforms is not None and not callable(image_transforms):
-            raise ValueError("image_transforms must be callable or None")
+        _check_transforms(image_transforms)
         self.url = str(path_or_url)
         self.store = Store(self.url, dict(stream.storage_options) if stream.storage_options is not None else None)
         opts = self.store.storage_options
@@ -241,8 +245,7 @@ class CompiledDataset(EpochState, IterableDataset):
     def set_image_transforms(self, image_transforms: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
         """Replace the camera transform (``LeRobotDataset.set_image_transforms``), for the next iteration and
         ``ds[i]``; persistent DataLoader workers keep the copy they were started with, as LeRobot's do."""
-        if image_transforms is not None and not callable(image_transforms):
-            raise ValueError("image_transforms must be callable or None")
+        _check_transforms(image_transforms)
         self.image_transforms = image_transforms
 
     def clear_image_transforms(self) -> None:

@@ -14,9 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3 as v3
-from roboreel.formats.errors import CompiledFormatError
-from roboreel.formats.manifest import COMPILE_LOCK_NAME, MANIFEST_NAME, load_manifest, transform_summary
-from roboreel.formats.shard import SHARD_DIR
+from roboreel.formats.manifest import MANIFEST_NAME, load_manifest, transform_summary, unfinished_compile
 from roboreel.formats.table_features import image_keys
 from roboreel.validate._io import Root
 
@@ -109,10 +107,7 @@ def summarize(path: str, *, storage_options: dict[str, Any] | None = None) -> di
         raise FileNotFoundError(f"{path} does not exist")
     if root.exists(MANIFEST_NAME):
         return _compiled_summary(root)
-    # what validate says of it too; the lock before meta/info.json: finalize writes meta/ before roboreel.json
-    if root.exists(COMPILE_LOCK_NAME) or (not root.exists(v3.INFO_PATH) and root.isdir(SHARD_DIR)):
-        raise CompiledFormatError(f"no {MANIFEST_NAME}: compile has not finished (rerun it, or "
-                                  "`roboreel compile --finalize` once every part is done)", file=str(path))
+    unfinished_compile(root.exists, root.isdir, str(path))
     if root.exists(v3.INFO_PATH):
         return _source_summary(root)
     raise v3.SourceError(f"neither {v3.INFO_PATH} nor {MANIFEST_NAME} found: not a dataset", file=str(path))
