@@ -19,7 +19,8 @@ def test_bench_writes_reports_local_and_remote(small_source, small_compiled, tmp
     out = tmp_path / "bench"
     rc = main(["bench", "read", str(small_compiled), "--source", str(small_source), "--readers", "compiled,reference,lerobot",
                "--modes", "single,sarm", "--batch-size", "4", "--num-workers", "0", "--warmup-batches", "1",
-               "--batches", "2", "--repeats", "2", "--remote-latency-ms", "2", "--out", str(out)])
+               "--batches", "2", "--repeats", "2", "--remote-latency-ms", "2", "--ceiling-seconds", "0.1",
+               "--out", str(out)])
     assert rc == 0
     runs = json.loads((out / "runs.json").read_text())
     # 2 places x 2 modes x 2 repeats x 2 readers (lerobot is skipped with a message: not installed here)
@@ -41,6 +42,20 @@ def test_bench_writes_reports_local_and_remote(small_source, small_compiled, tmp
         assert len(list(csv.DictReader(f))) == 16
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ceiling_frames_per_s"] > 0 and summary["transport_samples_per_s"] > 0
+    # every local run is set against the ceiling measured just before and just after it: 2 modes x 2 rounds x
+    # (2 readers + 1) measurements, a run's "after" being the next run's "before" within a round
+    measured = summary["ceiling_frames_per_s_measured"]
+    assert len(measured) == 12 and all(c > 0 for c in measured)
+    local = [r for r in runs if r["where"] == "local"]
+    assert [(r["ceiling_before_frames_per_s"], r["ceiling_after_frames_per_s"]) for r in local] == [
+        (measured[k + i], measured[k + i + 1]) for k in (0, 3, 6, 9) for i in (0, 1)]
+    for r in local:
+        mean = (r["ceiling_before_frames_per_s"] + r["ceiling_after_frames_per_s"]) / 2
+        assert r["ceiling_frames_per_s"] == pytest.approx(mean)
+        assert r["ceiling_fraction"] == pytest.approx(r["samples_per_s"] * r["cameras"] / mean)
+        assert r["ceiling_drift"] == pytest.approx(r["ceiling_after_frames_per_s"] / r["ceiling_before_frames_per_s"] - 1)
+    remote = [r for r in runs if r["where"] != "local"]
+    assert all(r["ceiling_frames_per_s"] > 0 and r["ceiling_drift"] == pytest.approx(0.0) for r in remote)
     ref = [s for s in summary["summary"] if s["reader"] == "reference"]
     assert all(s["x_reference"] == pytest.approx(1.0) for s in ref)
     assert (out / "summary.md").read_text().startswith("| where | mode | reader |")
@@ -206,3 +221,13 @@ def test_stage_premade_script_feeds_the_stage_both_ways(small_compiled):
                            "--rounds", "1", "--batch-size", "4", "--action-window", "3"],
                           capture_output=True, text=True, timeout=300, check=True).stdout
     assert re.findall(r"^make\s+[\d.]+ CPU ms/sample\s+\((\d+) samples\)$", made, flags=re.M) == [runs["live"]], made
+
+
+def test_decode_ceiling_passes_decode_the_clips_as_many_times_as_asked(small_compiled):
+    # a ceiling pass lasts at least CEILING_SECONDS by decoding the clips several times over: every time in full
+    from roboreel.bench.ceiling import _decode_all, compiled_clips, decode_ceiling
+
+    clips = compiled_clips(small_compiled)
+    once = _decode_all(clips)
+    assert once > 0 and _decode_all(clips, 3) == 3 * once
+    assert decode_ceiling(clips, processes=1, min_seconds=0.2) > 0

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 _CSV_FIELDS = (
-    "reader", "mode", "repeat", "where", "samples", "samples_per_s", "ceiling_fraction", "first_batch_s",
+    "reader", "mode", "repeat", "where", "samples", "samples_per_s", "ceiling_fraction", "ceiling_frames_per_s",
+    "ceiling_drift", "first_batch_s",
     "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "peak_rss_mb", "decode_s", "fetch_s",
     "decoder_opens", "decoder_reuses", "distinct_episodes_per_batch", "cpu_ms_per_sample", "batch_size", "num_workers",
     "persistent_workers", "steady_epochs", "epoch_start_s",

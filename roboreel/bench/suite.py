@@ -14,13 +14,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from roboreel.bench.ceiling import compiled_clips, decode_ceiling
+from roboreel.bench.ceiling import CEILING_SECONDS, CeilingMeter, compiled_clips
 from roboreel.bench.external import run_external
 from roboreel.bench.readers import lerobot_available, mixture_members
 from roboreel.bench.report import chart, markdown_table, summarize, write_runs
 from roboreel.bench.runner import RunConfig, run_one
 from roboreel.bench.transport import transport_bound
 from roboreel.formats.manifest import load_manifest
+
+DRIFT_NOTE = 0.1  # a run across which the ceiling moved this much is flagged in the log
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +97,25 @@ def _gpu_note(res: dict[str, Any]) -> str:
             f", {res.get('fallback_clips') or 0} CPU-fallback clips")
 
 
+def set_ceiling(res: dict[str, Any], before: float | None, after: float | None) -> None:
+    """Set a run's ceiling to the mean of the measurements just before and just after it, its share of that,
+    and how far the host drifted across it (``ceiling_drift``: after / before - 1)."""
+    known = [c for c in (before, after) if c]
+    fps = sum(known) / len(known) if known else None
+    cams = res.get("cameras")
+    sps = fps / cams if fps and cams else None
+    res.update(ceiling_frames_per_s=fps, ceiling_before_frames_per_s=before, ceiling_after_frames_per_s=after,
+               ceiling_drift=after / before - 1 if before and after else None,
+               ceiling_samples_per_s=sps, ceiling_fraction=res["samples_per_s"] / sps if sps else None)
+
+
 def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str], cfg: RunConfig, repeats: int,
               out: Path, remote_latency_ms: float | None = None, ceiling: bool = True,
-              lerobot_python: str | None = None, isolate: bool = True, echo: Any = print) -> dict[str, Any]:
+              ceiling_seconds: float | None = None, lerobot_python: str | None = None, isolate: bool = True,
+              echo: Any = print) -> dict[str, Any]:
     """Alternate readers (A B A B ...) for each mode, locally and (optionally) over HTTP; write every report.
 
+    ``ceiling_seconds``: least length of each ceiling measurement (``ceiling.CEILING_SECONDS``).
     ``lerobot_python``: an interpreter with LeRobot installed (its own venv); the ``lerobot`` reader runs there
     (external.py) instead of in this process. ``isolate``: every run in a fresh Python process of its own
     (external.py), so peak RSS and CPU time are that reader's alone, not what earlier runs left in the heap."""
@@ -110,18 +126,21 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
             echo(f"skipping reader 'lerobot': {why} (--lerobot-python runs it in LeRobot's own venv)")
             readers.remove("lerobot")
     transport = None
-    ceilings: list[float] = []  # one per local round: the ceiling is alternated with the readers too
+    ceilings: list[float] = []  # every local measurement, in order: before each run and after a round's last
     first = compiled.split(",")[0]  # a mixture (a,b,...): the ceiling and shapes of its first member
     clips = compiled_clips(first) if ceiling else []
 
-    def round_ceiling(where: str, mode: str, r: int) -> float | None:
-        """The ceiling for this round: measured again before every local round, so a machine whose speed drifts
-        (a shared host) moves the ceiling with the readers around it instead of skewing every "of ceiling"
-        against one early measurement; remote rounds use the median so far."""
-        if not clips:
+    meter: CeilingMeter | None = None  # decode processes kept for every measurement (opened below)
+    seconds = CEILING_SECONDS if ceiling_seconds is None else ceiling_seconds
+
+    def measure_ceiling(where: str, mode: str, r: int) -> float | None:
+        """The ceiling now: measured locally (one pass of >= ``seconds``), so that each run is set against the
+        passes just before and just after it and a host whose speed drifts moves the ceiling with the reader
+        instead of skewing its share; remote runs use the median of the local ones so far."""
+        if meter is None:
             return None
         if where == "local":
-            ceilings.append(decode_ceiling(clips, repeats=3))  # best of 3 passes: a ceiling is a maximum
+            ceilings.append(meter.measure(min_seconds=seconds))
             echo(f"decode ceiling ({mode} #{r}): {ceilings[-1]:,.0f} frames/s (sequential decode of {len(clips)} "
                  "compiled clips, one process per core)")
             return ceilings[-1]
@@ -136,6 +155,8 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
     runs: list[dict[str, Any]] = []
     places = [("local", compiled, source)]
     stack = contextlib.ExitStack()
+    if clips:
+        meter = stack.enter_context(CeilingMeter(clips))
     if remote_latency_ms is not None:
         rc, rs = stack.enter_context(served(compiled, source, remote_latency_ms))
         places.append((f"http+{remote_latency_ms:g}ms", rc, rs))
@@ -143,7 +164,7 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
         for where, c, s in places:
             for mode in modes:
                 for r in range(repeats):
-                    ceiling_fps = round_ceiling(where, mode, r)
+                    before = measure_ceiling(where, mode, r)
                     for reader in readers:
                         run_cfg = cfg
                         if where != "local" and reader != "compiled":
@@ -151,15 +172,19 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
                             run_cfg = replace(cfg, batches=max(2, cfg.batches // 8), seconds=None)
                         if reader == "lerobot" and lerobot_python is not None:
                             res = run_external(lerobot_python, reader, mode, compiled=c, source=s, cfg=run_cfg,
-                                               where=where, repeat=r, ceiling_frames_per_s=ceiling_fps)
+                                               where=where, repeat=r)
                         elif isolate and where == "local":  # served data lives in this process's server
                             res = run_external(sys.executable, reader, mode, compiled=c, source=s, cfg=run_cfg,
-                                               where=where, repeat=r, ceiling_frames_per_s=ceiling_fps)
+                                               where=where, repeat=r)
                         else:
-                            res = run_one(reader, mode, compiled=c, source=s, cfg=run_cfg, where=where, repeat=r,
-                                          ceiling_frames_per_s=ceiling_fps)
+                            res = run_one(reader, mode, compiled=c, source=s, cfg=run_cfg, where=where, repeat=r)
+                        after = measure_ceiling(where, mode, r)
+                        set_ceiling(res, before, after)
+                        before = after
                         runs.append(res)
                         frac = f", {res['ceiling_fraction']:.0%} of ceiling" if res["ceiling_fraction"] else ""
+                        if res["ceiling_drift"] is not None and abs(res["ceiling_drift"]) >= DRIFT_NOTE:
+                            frac += f" (the ceiling moved {res['ceiling_drift']:+.0%} across this run)"
                         echo(f"  {where:>12} {mode:>6} {reader:>9} #{r}: {res['samples_per_s']:8.1f} samples/s"
                              f"{frac}, first batch {res['first_batch_s']:.2f}s, "
                              f"{res['distinct_episodes_per_batch']:.1f} episodes/batch, "
@@ -177,7 +202,7 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "python": platform.python_version()},
         "config": asdict(cfg), "data": label, "repeats": repeats, "ceiling_frames_per_s": ceiling_fps,
-        "ceiling_frames_per_s_rounds": ceilings,
+        "ceiling_frames_per_s_measured": ceilings,
         "ceiling_samples_per_s": ceiling_sps, "transport_samples_per_s": transport, "summary": rows,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also read over HTTP from 127.0.0.1 with this fixed latency per request (default: none, "
                         "local only)")
     p.add_argument("--no-ceiling", action="store_true", help="skip the decode-ceiling measurement")
+    p.add_argument("--ceiling-seconds", type=float, default=None, metavar="S",
+                   help="least length of each ceiling measurement, taken before every run and after a round's last "
+                        "(default 2: shorter ones catch a shared host's bursts)")
     options.loader_options(p, full=True)
     options.return_uint8_option(p)
     options.window_options(p)
@@ -84,5 +87,6 @@ def run(args: argparse.Namespace) -> int:
                              pad=args.pad)
     run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
               cfg=cfg, repeats=args.repeats, out=args.out, remote_latency_ms=args.remote_latency_ms,
-              ceiling=not args.no_ceiling, lerobot_python=args.lerobot_python, isolate=not args.no_isolate)
+              ceiling=not args.no_ceiling, ceiling_seconds=args.ceiling_seconds, lerobot_python=args.lerobot_python,
+              isolate=not args.no_isolate)
     return 0
