@@ -151,6 +151,11 @@ def test_manifest_members_checksums_and_meta(small_source, small_compiled):
     info = json.loads((small_compiled / "meta/info.json").read_text())
     assert info["total_episodes"] == 8 and info["total_frames"] == m.total_frames
     assert all(info["features"][c]["info"]["video.codec"] == "hevc" for c in src.camera_keys)
+    for c in src.camera_keys:  # the encoder keys describe the x265 encode, not the source's encoder
+        cam = info["features"][c]["info"]
+        assert (cam["video.preset"], cam["video.crf"], cam["video.g"]) == (
+            m.settings["preset"], m.settings["crf"], m.settings["gop"])
+        assert cam["video.extra_options"] == {"x265-params": m.settings["x265_params"][c]}
     eps = pq.read_table(small_compiled / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
     for row, e in zip(eps, src.episodes, strict=True):
         assert row["episode_index"] == e.index and row["roboreel/shard"] == m.episode(e.index).shard

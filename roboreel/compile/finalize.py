@@ -161,11 +161,17 @@ def compiled_features(features: dict[str, Any], specs: list[CameraSpec], setting
         if "video.fps" in info:
             info["video.fps"] = fps
         if spec.gop is not None:  # re-encoded (stream-copied clips keep the source's encoder settings)
-            info.update({"video.g": spec.gop, "video.bframes": spec.bframes})
+            # LeRobot's encoder keys (lerobot/configs/video.py, VIDEO_ENCODER_INFO_KEYS) describe x265's encode
+            # now, not the source encoder's (SVT-AV1's preset 12 and its options read as an x265 config otherwise)
+            info.update({"video.g": spec.gop, "video.bframes": spec.bframes, "video.preset": settings.preset})
+            for key, value in (("video.fast_decode", 0), ("video.video_backend", "pyav")):
+                if key in info:
+                    info[key] = value
             if is_depth(f):  # lossless: no CRF; LeRobot's own depth writer records these options
                 info.update({"video.crf": None, "video.extra_options": {"x265-params": "lossless=1"}})
-            else:
-                info["video.crf"] = settings.crf
+            else:  # the nominal settings: a clip under the fidelity floor is encoded again at a lower CRF
+                info.update({"video.crf": settings.crf, "video.extra_options": {
+                    "x265-params": settings.x265_params(height=spec.height, width=spec.width)}})
         f["info"] = info
     return feats
 

@@ -43,6 +43,16 @@ def test_meta_equals_lerobots_metadata_of_the_source(lerobot_pair):
         if key in want.video_keys:  # the clip's codec and encoder settings are the compiled ones
             mine, feature = {k: v for k, v in mine.items() if k != "info"}, {k: v for k, v in feature.items() if k != "info"}
         assert mine == feature, key
+    # LeRobot's own reading of a camera's encoder keys (what its editing and recording tools rebuild an encoder
+    # from, checked against PyAV's encoders) gives the x265 encode that made the compiled clips
+    from lerobot.configs.video import encoder_config_from_video_info
+
+    settings = ds.manifest.settings
+    for key in want.video_keys:
+        cfg = encoder_config_from_video_info(got.features[key]["info"])
+        assert (cfg.vcodec, cfg.g, cfg.crf, cfg.preset, cfg.fast_decode) == (
+            "hevc", settings["gop"], settings["crf"], settings["preset"], 0), key
+        assert cfg.extra_options == {"x265-params": settings["x265_params"][key]}, key
     _assert_same_stats(got.stats, want.stats)
     import pandas as pd
 
