@@ -71,6 +71,20 @@ def test_min_psnr_must_be_finite(small_source, tmp_path, capsys, value):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("verb", [["inspect"], ["bench", "read", "--no-ceiling"]])
+@pytest.mark.parametrize(("value", "says"), [("1,x", "'x' in '1,x' is not a number"),
+                                             ("1,-2", "'-2' in '1,-2': weights are finite and >= 0"),
+                                             ("nan,1", "'nan' in 'nan,1': weights are finite")])
+def test_bad_mixture_weights_name_the_flag(small_compiled, capsys, verb, value, says):
+    """Refused by the parser, naming --weights; they were a bare "could not convert string to float"."""
+    mixture = f"{small_compiled},{small_compiled}"
+    with pytest.raises(SystemExit) as e:
+        main([*verb, mixture, "--weights", value])
+    assert e.value.code == 2
+    line = _one_line_error(capsys, " ".join(v for v in verb if not v.startswith("--")))
+    assert f"argument --weights: {says}" in line
+
+
 def test_inspect_of_one_path_with_a_trailing_comma(small_compiled, capsys):
     assert main(["inspect", str(small_compiled), "--json"]) == 0
     one = capsys.readouterr().out

@@ -10,11 +10,14 @@ import argparse
 import json
 from typing import Any
 
+from roboreel.cli import _args
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="summarise a LeRobot v3 dataset or compiled output (or a mixture a,b,...)")
     p.add_argument("path", help="dataset root: local path or fsspec URL; a,b,... for a mixture of compiled datasets")
-    p.add_argument("--weights", default=None, metavar="W1,W2,...|frames", help="a mixture's draw probabilities")
+    p.add_argument("--weights", default=None, type=_args.weights_or_frames, metavar="W1,W2,...|frames",
+                   help="a mixture's draw probabilities")
     p.add_argument("--remap", default=None, metavar="FILE",
                    help="a mixture's canonical keys: JSON/YAML, one {old: new or null} per dataset (docs/mixtures.md)")
     p.add_argument("--pad", default=None, choices=["max"], help="zero-pad 1-D features to the largest member's size")
@@ -39,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.pad:
         spec["pad"] = args.pad
     if args.weights:
-        spec["weights"] = "frames" if args.weights == "frames" else [float(w) for w in args.weights.split(",")]
+        spec["weights"] = args.weights if args.weights == "frames" else list(args.weights)
     mix = mixture_summary(paths, **spec)
     if args.json:
         print(json.dumps({"members": members, "mixture": mix}, indent=1))

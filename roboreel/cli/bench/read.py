@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from roboreel.cli import _args
 from roboreel.cli.bench import options
 
 DESCRIPTION = """Dataloading benchmark: the readers (--readers) read the same compiled dataset (or its source), in
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source", default=None, metavar="SRC",
                    help="its source dataset, read by the reference and lerobot readers (default: the manifest's "
                         "source url)")
-    p.add_argument("--weights", default=None, metavar="W1,W2,...",
+    p.add_argument("--weights", default=None, type=_args.weights, metavar="W1,W2,...",
                    help="a mixture's draw probabilities, one per dataset (default: every frame of each once)")
     p.add_argument("--modes", default="single,sarm", help="sample shapes to read, comma-separated: single, sarm")
     p.add_argument("--readers", default="compiled,loader,reference,lerobot",
@@ -82,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from roboreel.bench.suite import run_suite
 
     compiled, source = resolve(args)
-    weights = tuple(float(w) for w in args.weights.split(",")) if args.weights else None
-    cfg = options.run_config(args, span_epochs=not args.one_epoch, weights=weights, remap_file=args.remap,
+    cfg = options.run_config(args, span_epochs=not args.one_epoch, weights=args.weights, remap_file=args.remap,
                              pad=args.pad)
     run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
               cfg=cfg, repeats=args.repeats, out=args.out, remote_latency_ms=args.remote_latency_ms,
