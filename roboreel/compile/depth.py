@@ -28,6 +28,7 @@ from itertools import islice
 import av
 import numpy as np
 
+from roboreel.compile.clipproof import decode_clip
 from roboreel.compile.copypolicy import gop_refusal, grid_refusal
 from roboreel.compile.decode import SourceVideo, SpanPackets
 from roboreel.compile.overlap import read_ahead
@@ -35,7 +36,7 @@ from roboreel.compile.resample import kept_length
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.stats import downsample
 from roboreel.compile.stats import sample_indices as stats_sample_indices
-from roboreel.compile.transcode import _MUX_OPTIONS, Clip, decode_clip, remux_clip
+from roboreel.compile.transcode import _MUX_OPTIONS, Clip, remux_clip
 from roboreel.formats.depth import DEPTH_PIX_FMT, recorded_values
 from roboreel.formats.errors import RoboreelError
 

@@ -28,7 +28,6 @@ Depth cameras never come here (depth.py).
 
 from __future__ import annotations
 
-import hashlib
 import io
 import math
 from collections.abc import Callable, Iterable, Iterator
@@ -40,7 +39,8 @@ from typing import Literal
 import av
 import numpy as np
 
-from roboreel.compile.copypolicy import GRID_EPS_S, codec_refusal, gop_refusal, grid_refusal
+from roboreel.compile.clipproof import check_clip_timing, decode_clip, frame_digest
+from roboreel.compile.copypolicy import codec_refusal, gop_refusal, grid_refusal
 from roboreel.compile.decode import SourceVideo, SpanPackets
 from roboreel.compile.floorcheck import (  # noqa: F401  (re-exported)
     CRF_RANGE,
@@ -62,7 +62,7 @@ from roboreel.compile.settings import CompileSettings
 from roboreel.compile.stats import downsample
 from roboreel.compile.stats import sample_indices as stats_sample_indices
 from roboreel.compile.sws import ColourTags, to_yuv420p
-from roboreel.formats.errors import CompiledFormatError, RoboreelError, SourceError
+from roboreel.formats.errors import RoboreelError, SourceError
 
 _MUX_OPTIONS = {"fflags": "+bitexact"}  # no muxer version string: same bytes from any FFmpeg build that encodes alike
 _CODEC_TAGS = {"hevc": "hvc1", "h264": "avc1"}
@@ -105,59 +105,6 @@ def sample_indices(length: int, n: int) -> list[int]:
     if n == 1 or length == 1:
         return [0]
     return sorted({round(i * (length - 1) / (n - 1)) for i in range(n)})
-
-
-def _frame_digest(frame: av.VideoFrame) -> bytes:
-    return hashlib.blake2b(frame.to_ndarray().tobytes(), digest_size=16).digest()
-
-
-def decode_clip(
-    data: bytes, *, length: int, fps: int, digest: Callable[[av.VideoFrame], bytes] | None = None, where: str,
-    episode: int,
-) -> list[bytes]:
-    """Decode a compiled clip and prove it holds frames 0..length-1 at pts k/fps, in order; returns ``digest`` of
-    every frame (none without one)."""
-    sums: list[bytes] = []
-    try:
-        with av.open(io.BytesIO(data), "r") as c:
-            s = c.streams.video[0]
-            k = -1
-            for k, frame in enumerate(c.decode(s)):
-                t = float(frame.pts * s.time_base) if frame.pts is not None else math.nan
-                if not abs(t - k / fps) <= GRID_EPS_S:
-                    raise CompiledFormatError(f"clip frame {k} has pts {frame.pts} ({t:.6f}s, not {k}/{fps}s)",
-                                              file=where, episode=episode)
-                if digest is not None:
-                    sums.append(digest(frame))
-    except av.error.FFmpegError as e:
-        raise CompiledFormatError(f"compiled clip does not decode: {e}", file=where, episode=episode) from e
-    if k + 1 != length:
-        raise CompiledFormatError(f"compiled clip holds {k + 1} frames, the episode {length}", file=where,
-                                  episode=episode)
-    return sums
-
-
-def check_clip_timing(data: bytes, *, length: int, fps: int, where: str, episode: int) -> None:
-    """Prove, from the container alone (demuxed, not decoded), that a clip holds ``length`` frames at pts k/fps:
-    for clips whose every packet was already decoded where they were made (``InFlightCheck``, image clips)."""
-    try:
-        with av.open(io.BytesIO(data), "r") as c:
-            s = c.streams.video[0]
-            tb = s.time_base  # read while the container is open
-            pts = [p.pts for p in c.demux(s) if p.size]
-    except av.error.FFmpegError as e:
-        raise CompiledFormatError(f"compiled clip does not demux: {e}", file=where, episode=episode) from e
-    if None in pts:
-        raise CompiledFormatError("compiled clip has packets without pts", file=where, episode=episode)
-    got = sorted(float(p * tb) for p in pts)
-    if len(got) != length:
-        raise CompiledFormatError(f"compiled clip holds {len(got)} frames, the episode {length}", file=where,
-                                  episode=episode)
-    off = [k for k, t in enumerate(got) if not abs(t - k / fps) <= GRID_EPS_S]
-    if off:
-        k = off[0]
-        raise CompiledFormatError(f"clip frame {k} has pts {got[k]:.6f}s, not {k}/{fps}s", file=where,
-                                  episode=episode)
 
 
 def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) -> av.VideoFrame:
@@ -411,7 +358,7 @@ def transcode_span(
         want = set(stats_sample_indices(length)) if stats else set()
         source_digests, rgb = [], []
         for k, f in enumerate(video.frames(from_s, length, episode=episode, packets=packets)):
-            source_digests.append(_frame_digest(f))
+            source_digests.append(frame_digest(f))
             if k in want:  # a copied camera of a transforming compile still gets its stats (stats.py)
                 rgb.append(downsample(f.to_ndarray(format="rgb24").transpose(2, 0, 1)))
         if not packets.closed:
@@ -419,7 +366,7 @@ def transcode_span(
         elif (why := gop_refusal(packets.packets, settings)
                       or grid_refusal(packets.packets, video.time_base, video.fps)) is None:
             data = remux_clip(video, packets)
-            clip_digests = decode_clip(data, length=length, fps=fps, digest=_frame_digest, where=where,
+            clip_digests = decode_clip(data, length=length, fps=fps, digest=frame_digest, where=where,
                                        episode=episode)
             if clip_digests == source_digests:
                 n = len(sample_indices(length, settings.psnr_frames))
