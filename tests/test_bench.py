@@ -225,9 +225,10 @@ def test_stage_premade_script_feeds_the_stage_both_ways(small_compiled):
 
 def test_decode_ceiling_passes_decode_the_clips_as_many_times_as_asked(small_compiled):
     # a ceiling pass lasts at least CEILING_SECONDS by decoding the clips several times over: every time in full
-    from roboreel.bench.ceiling import _decode_all, compiled_clips, decode_ceiling
+    from roboreel.bench.ceiling import CeilingMeter, _decode_all, compiled_clips
 
     clips = compiled_clips(small_compiled)
     once = _decode_all(clips)
     assert once > 0 and _decode_all(clips, 3) == 3 * once
-    assert decode_ceiling(clips, processes=1, min_seconds=0.2) > 0
+    with CeilingMeter(clips, processes=1) as meter:
+        assert meter.measure(min_seconds=0.2) > 0

@@ -17,7 +17,7 @@ from pathlib import Path
 from roboreel.formats.manifest import load_manifest
 from roboreel.formats.shard import CLIP_SUFFIX
 
-CEILING_SECONDS = 2.0  # a measurement's least length (see decode_ceiling)
+CEILING_SECONDS = 2.0  # a measurement's least length (see CeilingMeter.measure)
 
 
 def compiled_clips(root: str | Path, *, limit_bytes: int = 256 << 20) -> list[bytes]:
@@ -65,9 +65,8 @@ class CeilingMeter:
         self._loops: dict[float, int] = {}  # min_seconds -> times over the clips a pass decodes them
         self._pool.map(_decode_all, [p[:1] for p in self.parts])  # warm up imports in every process
 
-    def measure(self, *, min_seconds: float = 0.0, repeats: int = 1) -> float:
-        """Frames/s: the best of ``repeats`` passes, each decoding the clips as many times over as it takes to last
-        ``min_seconds``.
+    def measure(self, *, min_seconds: float = 0.0) -> float:
+        """Frames/s of one pass, decoding the clips as many times over as it takes to last ``min_seconds``.
 
         Why a least length: on a shared host a pass of a fraction of a second measures a moment, not the machine.
         Measured on the 2-core host of docs/benchmarks.md (2026-11-29, ALOHA 224x224, 600 frames): passes of
@@ -82,12 +81,9 @@ class CeilingMeter:
                 self._pool.map(_decode_all, self.parts)
                 loops = max(1, math.ceil(min_seconds / max(time.perf_counter() - t, 1e-3)))
             self._loops[min_seconds] = loops
-        best = 0.0
-        for _ in range(repeats):
-            t = time.perf_counter()
-            frames = sum(self._pool.starmap(_decode_all, [(p, loops) for p in self.parts]))
-            best = max(best, frames / (time.perf_counter() - t))
-        return best
+        t = time.perf_counter()
+        frames = sum(self._pool.starmap(_decode_all, [(p, loops) for p in self.parts]))
+        return frames / (time.perf_counter() - t)
 
     def close(self) -> None:
         self._pool.terminate()
@@ -98,11 +94,3 @@ class CeilingMeter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def decode_ceiling(clips: list[bytes], *, processes: int | None = None, repeats: int = 1,
-                   min_seconds: float = 0.0) -> float:
-    """Frames/s decoding ``clips`` sequentially, split over ``processes`` (default: one per core): one
-    ``CeilingMeter.measure``."""
-    with CeilingMeter(clips, processes=processes) as meter:
-        return meter.measure(min_seconds=min_seconds, repeats=repeats)
