@@ -160,3 +160,29 @@ def test_unreadable_inputs_exit_2(small_source, tmp_path, capsys):
         assert (rc, doc["verdict"], [f["code"] for f in doc["findings"]]) == (2, "unreadable", [code])
         if code == "version-unsupported":  # names LeRobot's own converter
             assert "python -m lerobot.scripts.convert_dataset_v21_to_v30" in doc["findings"][0]["message"]
+
+
+def test_camera_size_in_info_json_disagreeing_with_the_mp4s(small_source, tmp_path):
+    """info.json's feature shape (what a policy is built for) and its video.height/width each checked against the
+    mp4s: a warning per mp4 naming both sizes, exit 0 (LeRobot reads the frames as decoded, and compile declares
+    their real size)."""
+    import json
+
+    root = copy(small_source, tmp_path)
+    src = LeRobotSource(str(root))
+    info = json.loads((root / "meta/info.json").read_text())
+    sizes = {cam: tuple(info["features"][cam]["shape"]) for cam in src.camera_keys}
+    top, wrist = src.camera_keys
+    h, w, c = sizes[top]
+    info["features"][top]["shape"] = [h, w + 16, c]
+    info["features"][wrist]["info"]["video.height"] += 16
+    (root / "meta/info.json").write_text(json.dumps(info, indent=4))
+    report = validate(str(root))
+    assert report.exit_code == 0 and all(f.severity == "warning" for f in report.findings)
+    got = {(f.code, f.file, f.message.split(":")[0]) for f in report.findings}
+    want = {("video-codec-mismatch", p, f"frames are {h}x{w}, the feature's shape {[h, w + 16, c]} says {h}x{w + 16}")
+            for p in {e.videos[top].path for e in src.episodes}}
+    wh, ww, _ = sizes[wrist]
+    want |= {("video-codec-mismatch", p, f"size {wh}x{ww}, info.json says {wh + 16}x{ww}")
+             for p in {e.videos[wrist].path for e in src.episodes}}
+    assert got == want
