@@ -27,15 +27,18 @@ pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
 CAMERAS = ["observation.images.top", "observation.images.wrist"]
 WINDOWS = {"action": [-0.1, 0.0, 0.1], "observation.images.top": [-0.05, 0.0]}
-# Stalls longer than the client's per-read timeout, so "slow" faults are real timeouts, retried.
+# Stalls far longer than the client's per-read timeout, so "slow" faults are real timeouts, retried: with a stall
+# of only twice the timeout, a client process kept off the CPU by a loaded host (the whole suite on 2 cores) could
+# find the late answer already there when its timer was processed, and read it without a retry.
 TIMEOUTS = {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=0.3)}}
+STALL_S = 2.0
 SEED = 5  # the epochs' seed (their plan: planned_frames)
 MIXES = {
     "resets": dict(reset=1.0),
     "503s": dict(unavailable=1.0),
     "truncated": dict(truncate=1.0),
-    "slow": dict(slow=1.0, slow_s=0.6),
-    "mixed": dict(reset=0.25, unavailable=0.25, truncate=0.25, slow=0.25, slow_s=0.6),
+    "slow": dict(slow=1.0, slow_s=STALL_S),
+    "mixed": dict(reset=0.25, unavailable=0.25, truncate=0.25, slow=0.25, slow_s=STALL_S),
 }
 
 
