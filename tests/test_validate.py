@@ -3,6 +3,7 @@ with its place; exit codes 0 / 1 / 2 through the CLI and its JSON. Compiled outp
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -166,8 +167,6 @@ def test_camera_size_in_info_json_disagreeing_with_the_mp4s(small_source, tmp_pa
     """info.json's feature shape (what a policy is built for) and its video.height/width each checked against the
     mp4s: a warning per mp4 naming both sizes, exit 0 (LeRobot reads the frames as decoded, and compile declares
     their real size)."""
-    import json
-
     root = copy(small_source, tmp_path)
     src = LeRobotSource(str(root))
     info = json.loads((root / "meta/info.json").read_text())

@@ -184,7 +184,8 @@ def check_videos(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta]
         if probe.rotation:
             report.error("video-rotation", f"frames carry a display rotation of {probe.rotation} degrees: LeRobot "
                          "returns them rotated, which compile cannot carry", file=rel, episodes=indices)
-        feat = info.features.get(cam, {}).get("info") or {}
+        feature = info.features.get(cam, {})
+        feat = feature.get("info") or {}
         want_codec = feat.get("video.codec")
         if want_codec and want_codec != probe.codec:
             report.warning("video-codec-mismatch", f"codec {probe.codec!r}, info.json says {want_codec!r}", file=rel)
@@ -192,12 +193,12 @@ def check_videos(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta]
         if None not in want and want != (probe.height, probe.width):
             report.warning("video-codec-mismatch", f"size {probe.height}x{probe.width}, info.json says "
                            f"{want[0]}x{want[1]}", file=rel)
-        declared = feature_hw(info.features.get(cam, {}))
+        declared = feature_hw(feature)
         if declared is not None and declared != (probe.height, probe.width):  # what a policy is built for
             report.warning("video-codec-mismatch", f"frames are {probe.height}x{probe.width}, the feature's shape "
-                           f"{info.features[cam].get('shape')} says {declared[0]}x{declared[1]}: LeRobot returns the "
+                           f"{feature.get('shape')} says {declared[0]}x{declared[1]}: LeRobot returns the "
                            "frames as decoded; compile carries them and declares their real size", file=rel)
-        check_channels(probe, info.features.get(cam, {}), report, source=True, file=rel, episodes=indices)
+        check_channels(probe, feature, report, source=True, file=rel, episodes=indices)
         step = _frame_step(probe.pts_s)
         fps_ok = step is None or abs(step * fps - 1) <= _FPS_RTOL
         if not fps_ok:
