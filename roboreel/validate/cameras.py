@@ -7,8 +7,9 @@ compiled through the 8-bit RGB path would otherwise validate CLEAN while every v
   record says ``lossless`` (compile proved every frame's codes equal to the source's); anything else is
   ``depth-lossy``;
 - a clip's frame size is the feature's shape.
-A source mp4 is held to the channel rule as a warning (a LeRobot depth camera is gray, an RGB one is not; LeRobot
-converts either on read, and compile carries what LeRobot reads).
+A source mp4 is held to the channel and size rules as warnings (a LeRobot depth camera is gray, an RGB one is not;
+LeRobot converts either on read and returns the frames at the size they were encoded, and compile carries what
+LeRobot reads and declares its real size).
 """
 
 from __future__ import annotations
@@ -76,6 +77,23 @@ def check_channels(probe: VideoProbe, feature: dict[str, Any], report: Report, *
         add("clip-channels", f"{probe.pix_fmt} has {traits[0]} channel(s), the feature ({kind}) has {want}", **where)
 
 
+def check_size(probe: VideoProbe, feature: dict[str, Any], report: Report, *, source: bool = False,
+               name: str = "the clip", **where: Any) -> None:
+    """The frames' size is the one the feature's shape declares (what a policy is built for): ``clip-shape``, an
+    error, for a compiled clip; for a source mp4 a ``video-codec-mismatch`` warning, as for info.json's
+    ``video.height``/``video.width``, since LeRobot returns the frames as decoded and compile declares their size."""
+    hw = feature_hw(feature)
+    if hw is None or hw == (probe.height, probe.width):
+        return
+    if source:
+        report.warning("video-codec-mismatch", f"frames are {probe.height}x{probe.width}, the feature's shape "
+                       f"{feature.get('shape')} says {hw[0]}x{hw[1]}: LeRobot returns the frames as decoded; "
+                       "compile carries them and declares their real size", **where)
+    else:
+        report.error("clip-shape", f"{name} is {probe.height}x{probe.width}, the feature's shape says "
+                     f"{hw[0]}x{hw[1]}", **where)
+
+
 def check_clip(probe: VideoProbe, feature: dict[str, Any], record: dict[str, Any] | None, name: str,
                report: Report, **where: Any) -> None:
     """A compiled clip against its feature (see the module doc); ``record``: the camera's entry of the episode's
@@ -88,10 +106,7 @@ def check_clip(probe: VideoProbe, feature: dict[str, Any], record: dict[str, Any
         if traits[1] != want_bits:
             report.error("clip-bit-depth", f"{name} is {probe.pix_fmt} ({traits[1]}-bit), the feature needs "
                          f"{want_bits}-bit", **where)
-    hw = feature_hw(feature)
-    if hw is not None and hw != (probe.height, probe.width):
-        report.error("clip-shape", f"{name} is {probe.height}x{probe.width}, the feature's shape says "
-                     f"{hw[0]}x{hw[1]}", **where)
+    check_size(probe, feature, report, name=name, **where)
     if depth and (probe.pix_fmt != DEPTH_PIX_FMT or not (record or {}).get("lossless")):
         why = (f"stored as {probe.pix_fmt}" if probe.pix_fmt != DEPTH_PIX_FMT
                else "its record does not say it was proven lossless")

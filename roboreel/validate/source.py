@@ -17,7 +17,7 @@ from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3_layout import version_message
 from roboreel.validate._io import Root, progress_bar
-from roboreel.validate.cameras import check_channels, feature_hw
+from roboreel.validate.cameras import check_channels, check_size
 from roboreel.validate.media import CountMode, VideoProbeError, probe_video
 from roboreel.validate.report import Report, Severity
 from roboreel.validate.rowgroups import scan_data
@@ -193,11 +193,7 @@ def check_videos(root: Root, info: v3.SourceInfo, episodes: list[v3.EpisodeMeta]
         if None not in want and want != (probe.height, probe.width):
             report.warning("video-codec-mismatch", f"size {probe.height}x{probe.width}, info.json says "
                            f"{want[0]}x{want[1]}", file=rel)
-        declared = feature_hw(feature)
-        if declared is not None and declared != (probe.height, probe.width):  # what a policy is built for
-            report.warning("video-codec-mismatch", f"frames are {probe.height}x{probe.width}, the feature's shape "
-                           f"{feature.get('shape')} says {declared[0]}x{declared[1]}: LeRobot returns the "
-                           "frames as decoded; compile carries them and declares their real size", file=rel)
+        check_size(probe, feature, report, source=True, file=rel)
         check_channels(probe, feature, report, source=True, file=rel, episodes=indices)
         step = _frame_step(probe.pts_s)
         fps_ok = step is None or abs(step * fps - 1) <= _FPS_RTOL
