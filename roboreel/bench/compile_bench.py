@@ -71,7 +71,7 @@ def spans(src: LeRobotSource) -> list[Span]:
 
 def _cpu_s() -> float:
     """CPU seconds (user + system) of this process and its reaped children: what a tool consumed, however
-    busy the shared machine was (wall-clock throughput is what the goals are about, this is the cross-check)."""
+    busy the shared machine was (wall-clock throughput is what the tables report, this is the cross-check)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 

@@ -50,7 +50,7 @@ def summarize(runs: list[dict[str, Any]], *, baseline: str = "reference") -> lis
             "cpu_ms_per_sample": med("cpu_ms_per_sample"),
             "gpu_max_allocated_mb": med("gpu_max_allocated_mb"), "gpu_max_reserved_mb": med("gpu_max_reserved_mb"),
         })
-    for name in dict.fromkeys([baseline, "lerobot"]):  # LeRobotDataset: what users have, the goals' yardstick
+    for name in dict.fromkeys([baseline, "lerobot"]):  # LeRobotDataset: what users have, so every speed-up is also stated against it
         for row in rows:
             base = next((b for b in rows if b["where"] == row["where"] and b["mode"] == row["mode"]
                          and b["reader"] == name), None)
