@@ -23,7 +23,10 @@ def psnr(ref: np.ndarray, test: np.ndarray) -> float:
     colour conversions and the decode the floor's check needs (every frame, every try)."""
     if ref.shape != test.shape:
         raise ValueError(f"PSNR of frames of different shapes {ref.shape} and {test.shape}")
-    mse = cv2.norm(np.ascontiguousarray(ref), np.ascontiguousarray(test), cv2.NORM_L2SQR) / ref.size
+    # One row of single-channel values: OpenCV reads a 3-D array's last axis as channels (at most 128 in
+    # OpenCV 5), so a CHW frame as torchcodec decodes it would not wrap; the sum is the same for any layout.
+    flat_ref, flat_test = (np.ascontiguousarray(a).reshape(1, -1) for a in (ref, test))
+    mse = cv2.norm(flat_ref, flat_test, cv2.NORM_L2SQR) / ref.size
     return math.inf if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
 
 
