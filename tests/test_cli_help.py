@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 
 import pytest
 
@@ -61,10 +62,12 @@ def test_every_option_has_help_that_shows_its_default(name):
 
 
 def test_lerobot_train_lists_every_roboreel_flag_with_help_and_default():
+    from roboreel.cli.lerobot_train import FLAG_NAMES
     from roboreel.integrations.lerobot.options import LoaderOptions
 
     flags = roboreel_flags()
-    assert [f.split("=")[0] for f, _ in flags] == [f"--roboreel.{f.name}" for f in dataclasses.fields(LoaderOptions)]
+    assert [f.split("=")[0] for f, _ in flags] == [f"--roboreel.{FLAG_NAMES.get(f.name, f.name)}"
+                                                   for f in dataclasses.fields(LoaderOptions)]
     assert flags[0][0] == "--roboreel.loader=stage|dataloader"
     for flag, text in flags:
         assert text and "default" in text, flag
@@ -149,3 +152,128 @@ def test_bench_options_build_the_run_config_by_api_name():
     assert run_config(args) == RunConfig(episode_pool_size=4, return_uint8=True, prefetch_factor=3,
                                          prefetch_batches=5, warmup_batches=1, persistent_workers=False,
                                          decode_threads=2)
+
+
+# -- every help text names only what exists --------------------------------------------------------------------
+
+
+def _texts(parser: argparse.ArgumentParser) -> str:
+    """A parser's own words, unwrapped: description, epilog, every option's help and every subcommand's summary."""
+    parts = [parser.description or "", parser.epilog or ""]
+    for action in parser._actions:
+        if action.help and action.help is not argparse.SUPPRESS:
+            parts.append(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            parts += [c.help or "" for c in action._choices_actions]
+    return "\n".join(parts)
+
+
+def _all_texts() -> dict[str, str]:
+    """``{command: its help's words}`` for ``roboreel`` itself and every verb and subcommand."""
+    from roboreel.cli.lerobot_train import help_text
+
+    texts = {"": _texts(PARSER)} | {name: _texts(p) for name, p in COMMANDS.items()}
+    texts["lerobot-train"] += "\n" + help_text(None)
+    return texts
+
+
+TEXTS = _all_texts()
+
+
+def _definitions(text: str) -> list[tuple[str, str]]:
+    """``[(name, meaning), ...]`` of a help text ``what, of: name = meaning; name = meaning; ...``."""
+    listing = text.partition(": ")[2]
+    return [(name, meaning) for name, _, meaning in (e.partition(" = ") for e in listing.split("; "))]
+
+
+def _option(command: str, flag: str) -> argparse.Action:
+    """The option ``flag`` of ``roboreel COMMAND``; its help shows its default (a list's words may not say it)."""
+    action = next(a for a in COMMANDS[command]._actions if flag in a.option_strings)
+    assert "(default: " in COMMANDS[command]._get_formatter()._get_help_string(action), (command, flag)
+    return action
+
+
+def test_bench_read_lists_exactly_the_readers_that_exist():
+    from roboreel.bench.readers import READERS
+
+    action = _option("bench read", "--readers")
+    listed = [name for name, _ in _definitions(action.help)]
+    assert listed == list(READERS), f"bench read --readers help lists {listed}, the registry has {list(READERS)}"
+    assert set(action.default.split(",")) <= set(READERS), action.default
+
+
+def test_bench_read_modes_are_the_codes_modes_with_their_windows():
+    from roboreel.bench.readers import MODES, delta_timestamps
+
+    action = _option("bench read", "--modes")
+    defined = dict(_definitions(action.help))
+    assert list(defined) == list(MODES), f"bench read --modes help lists {list(defined)}, the code has {MODES}"
+    assert set(action.default.split(",")) <= set(MODES), action.default
+    for mode, meaning in defined.items():  # what each mode reads: its windows' keys and lengths, or none
+        windows = delta_timestamps(mode) or {}
+        assert ("window" in meaning) == bool(windows), (mode, meaning)
+        for key, offsets in windows.items():
+            assert key in meaning and str(len(offsets)) in meaning, (mode, meaning, key, len(offsets))
+    words = re.findall(r"\b(\w+) = ", TEXTS["bench read"])  # the modes and readers are defined only there
+    assert sorted(words) == sorted([*MODES, *(n for n, _ in _definitions(_option("bench read", "--readers").help))])
+
+
+def _known_names() -> set[str]:
+    """Every name a help text may use: the API's keywords, option fields and methods, the benchmarks' readers and
+    modes, the CLI's own options, and the names of the other tools a help text attributes to them."""
+    import inspect
+
+    import torch.utils.data
+
+    from roboreel import CompiledDataset, DecodeOptions, StreamOptions
+    from roboreel.bench.readers import MODES, READERS
+    from roboreel.compile import CompileSettings
+    from roboreel.integrations.lerobot.options import LoaderOptions
+    from roboreel.reader.loader import DeviceLoader, loader
+    from roboreel.reader.mixture import CanonicalOptions, MixtureDataset, build_mixture
+    from roboreel.reader.normalize import NORM_MODES
+    from roboreel.synth import SynthConfig
+    from roboreel.synth.tables import LANGUAGE_FEATURES
+
+    names = {*READERS, *MODES, *NORM_MODES, *LANGUAGE_FEATURES}
+    for fn in (CompiledDataset.__init__, build_mixture, DeviceLoader.__init__, loader, torch.utils.data.DataLoader):
+        names |= set(inspect.signature(fn).parameters)
+    for cls in (DecodeOptions, StreamOptions, LoaderOptions, CanonicalOptions, SynthConfig, CompileSettings):
+        names |= {f.name for f in dataclasses.fields(cls)}
+    for cls in (CompiledDataset, MixtureDataset, DeviceLoader):
+        names |= {n for n in dir(cls) if not n.startswith("_")}
+    # Other tools' names, as the help texts attribute them: LeRobot's writer and torchvision's Resize.
+    return names | {"use_videos", "antialias"}
+
+
+KNOWN = _known_names()
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS), ids=lambda n: n or "roboreel")
+def test_help_names_only_keywords_and_fields_that_exist(name):
+    from roboreel import DecodeOptions, StreamOptions
+
+    text = TEXTS[name]
+    fields = {c.__name__: {f.name for f in dataclasses.fields(c)} for c in (DecodeOptions, StreamOptions)}
+    for cls, field in re.findall(r"\b(DecodeOptions|StreamOptions)(?:\.|\()(\w+)", text):
+        assert field in fields[cls], f"roboreel {name} --help: {cls} has no field {field!r}"
+    snake = set(re.findall(r"(?<![\w./-])([A-Za-z]\w*_\w*)", text))  # snake_case names (keywords, keys, fields)
+    keywords = set(re.findall(r"(?<![\w.-])([a-z_]\w*)=", text))  # name=value
+    unknown = sorted((snake | keywords) - KNOWN)
+    assert not unknown, f"roboreel {name} --help names {unknown}: no such keyword, field or name in the code"
+
+
+def test_help_names_only_options_that_exist():
+    from roboreel.integrations.lerobot.options import LoaderOptions
+
+    flags = {s for p in [PARSER, *COMMANDS.values()] for a in p._actions for s in a.option_strings}
+    for name, text in TEXTS.items():
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?![\w.-])", text):
+            assert flag in flags, f"roboreel {name} --help names {flag}: no command has it"
+        for option in re.findall(r"--roboreel\.(\w+)", text):
+            if option == "NAME":
+                continue
+            try:
+                LoaderOptions.from_argv([f"--roboreel.{option}=1"])
+            except ValueError as e:
+                assert not str(e).startswith("unknown option"), f"roboreel {name} --help: {e}"

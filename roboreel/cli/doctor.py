@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a compiled roboreel dataset or a LeRobot v3 source, local or fsspec URL (default: none, "
                         "only the environment)")
     p.add_argument("--decode-device", type=decode_device, default="cpu", metavar="DEVICE",
-                   help="where to decode, as CompiledDataset's decode_device: cpu, cuda or cuda:N (default: cpu)")
+                   help="where to decode, as DecodeOptions(device=...) sets it: cpu, cuda or cuda:N (default: cpu)")
     p.add_argument("--json", action="store_true", help="print the facts as JSON instead of text")
     p.add_argument("--strict", action="store_true",
                    help="with a CUDA --decode-device: fail when any clip would be decoded on the CPU instead of NVDEC")

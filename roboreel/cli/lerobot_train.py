@@ -56,6 +56,12 @@ def _arg_docs(doc: str) -> dict[str, str]:
     return {k: v.replace("``", "").strip() for k, v in out.items()}
 
 
+# Flags spelled unlike their ``LoaderOptions`` field (``LoaderOptions.from_argv`` reads ``--roboreel.remap`` into
+# ``mixture``), and values the field's type alone would show as VALUE.
+FLAG_NAMES = {"mixture": "remap"}
+METAVARS = {"weights": "W1,W2,...|frames", "mixture": "FILE", "pad": "max"}
+
+
 def _metavar(hint: object) -> str:
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) is typing.Literal:
@@ -83,7 +89,8 @@ def roboreel_flags() -> list[tuple[str, str]]:
             shown = ("none" if default is None else ",".join(map(str, default)) if isinstance(default, tuple)
                      else str(default))
             text += f" (default: {shown})"
-        flags.append((f"{PREFIX}{f.name}={_metavar(hints[f.name])}", text))
+        metavar = METAVARS.get(f.name) or _metavar(hints[f.name])
+        flags.append((f"{PREFIX}{FLAG_NAMES.get(f.name, f.name)}={metavar}", text))
     return flags
 
 

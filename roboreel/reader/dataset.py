@@ -9,8 +9,8 @@ This module holds what decides the stream: options and their checks, epochs and 
 resume point, ``state_dict`` and stats. Running the planned stream (threads, decoders, counters, teardown) is
 consumer.py's, so the dataset's contract reads apart from the machinery that fulfils it.
 
-GPU decode (``decode_device="cuda"``) stops before the decode: ``iter_pending`` yields the compressed pending
-samples and ``roboreel.loader`` (loader.py) decodes whole batches on the GPU in the main process.
+GPU decode (``decode=DecodeOptions(device="cuda")``) stops before the decode: ``iter_pending`` yields the compressed
+pending samples and ``roboreel.loader`` (loader.py) decodes whole batches on the GPU in the main process.
 """
 from __future__ import annotations
 

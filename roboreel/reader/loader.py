@@ -10,8 +10,8 @@ spends as much as decoding them, and CUDA cannot be used in forked workers at al
   one preallocated uint8 tensor per camera and batch (pinned when the batch goes to CUDA), and finishes batches in the
   DataLoader's order: moved to the device as uint8, divided by 255 there unless ``return_uint8``.
 
-With ``decode_device="cuda"`` the pool decodes on NVDEC on its own CUDA stream, and the thread waits for that
-stream before handing a batch over; the consumer marks each tensor as used on its current stream
+With ``DecodeOptions(device="cuda")`` the pool decodes on NVDEC on its own CUDA stream, and the thread waits for
+that stream before handing a batch over; the consumer marks each tensor as used on its current stream
 (``record_stream``), so the caching allocator cannot hand the memory back to the decode stream while the step
 still reads it. Batches ready ahead are bounded: ``prefetch_batches`` queued, ``inflight_batches`` being
 decoded, one held by the loop.
@@ -79,9 +79,10 @@ class DeviceLoader:
 
     Args:
         dataset: a ``CompiledDataset``; its ``decode_device`` ("cpu", "cuda", "cuda:N") is where frames decode.
-        device: where batches land (default: the decode device). ``decode_device="cpu"`` with ``device="cuda"``
-            decodes on the CPU and sends uint8 frames to the GPU (pinned, 4x fewer bytes than float32), where they
-            become float32: for GPUs without NVDEC for the codec (AV1 on A100/H100), or to keep NVDEC free.
+        device: where batches land (default: the decode device). A dataset with ``DecodeOptions(device="cpu")``
+            and ``device="cuda"`` decodes on the CPU and sends uint8 frames to the GPU (pinned, 4x fewer bytes than
+            float32), where they become float32: for GPUs without NVDEC for the codec (AV1 on A100/H100), or to keep
+            NVDEC free.
         batch_size, num_workers: as ``torch.utils.data.DataLoader``.
         prefetch_batches: decoded batches kept ready ahead of the training loop (GPU memory scales with it).
         decode_threads: decode threads in this process (default: the cores it may use, ``os.sched_getaffinity``).

@@ -8,9 +8,9 @@ from roboreel.cli import _args
 from roboreel.cli.bench import options
 
 DESCRIPTION = """Dataloading benchmark: the readers (--readers) read the same compiled dataset (or its source), in
-each mode (--modes: single = one frame per camera and an action window, sarm = several frames per camera),
-alternated A B A B; each run in a fresh process of its own. Reports samples/s, first batch, latency percentiles,
-peak RSS and CPU per sample, and the decode ceiling, to --out (runs.json/csv, summary, chart)."""
+each sample shape (--modes), alternated A B A B; each run in a fresh process of its own. Reports samples/s, first
+batch, latency percentiles, peak RSS and CPU per sample, and the decode ceiling, to --out (runs.json/csv, summary,
+chart)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,11 +24,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "source url)")
     p.add_argument("--weights", default=None, type=_args.weights, metavar="W1,W2,...",
                    help="a mixture's draw probabilities, one per dataset (default: every frame of each once)")
-    p.add_argument("--modes", default="single,sarm", help="sample shapes to read, comma-separated: single, sarm")
+    # The names and meanings below are roboreel/bench/readers.py's READERS and MODES (tests/test_cli_help.py).
+    p.add_argument("--modes", default="single,sarm",
+                   help="sample shapes to read, comma-separated, of: single = one frame per camera and the sample's "
+                        "own row (no delta_timestamps); sarm = one frame per camera and an action window of 8 steps "
+                        "1 s apart (delta_timestamps for action)")
     p.add_argument("--readers", default="compiled,loader,reference,lerobot",
-                   help="compiled = DataLoader(CompiledDataset), loader = roboreel.loader (decode threads in the main "
-                        "process), loader_cl = the same with channels_last=True, largest / largest_loader = compiled "
-                        "/ loader over a mixture's largest member alone, reference, lerobot = LeRobotDataset")
+                   help="readers to compare, comma-separated, of: compiled = DataLoader(CompiledDataset); loader = "
+                        "roboreel.loader (decode threads in the main process); loader_cl = loader with "
+                        "channels_last=True; loader_inproc = loader with num_workers=0 (no worker processes); "
+                        "loader_readme = roboreel.loader called exactly as the README's training loop calls it "
+                        "(batch_size and num_workers only); loader_refork = loader_readme with "
+                        "persistent_workers=False; largest = compiled over a mixture's largest member alone; "
+                        "largest_loader = loader over that member; reference = roboreel's map-style reader over the "
+                        "source; lerobot = LeRobotDataset over the source")
     p.add_argument("--remap", default=None, metavar="FILE",
                    help="a mixture's canonical keys when its members differ: JSON/YAML, one {old: new or null} per "
                         "dataset, as roboreel inspect --remap reads it (docs/mixtures.md) (default: none)")
