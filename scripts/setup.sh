@@ -17,11 +17,25 @@ if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv"
   "$PY" -m venv .venv
 fi
-# TORCH_INDEX_URL lets a machine without a local CPU wheel name a CPU index; by default pip's own config is used.
-TORCH_ARGS=()
-[ -n "${TORCH_INDEX_URL:-}" ] && TORCH_ARGS=(--index-url "$TORCH_INDEX_URL")
-echo "[setup] installing torch (pinned, CPU)"
-.venv/bin/pip install -q "${TORCH_ARGS[@]}" -c constraints.txt torch 2>&1 | grep -v 'is ignored' || true
+# torch first, pinned, as a CPU build: TORCH_INDEX_URL when set, else the PyTorch CPU wheel index, else pip's
+# own configuration (PyPI, where torch for Linux is a CUDA build) for machines that reach only PyPI.
+TORCH_PIN=$(grep -E '^torch==' constraints.txt | cut -d= -f3)
+torch_ok() { .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_PIN')" \
+  2>/dev/null; }
+pip_torch() { .venv/bin/pip install -q "$@" -c constraints.txt torch 2>&1 | grep -v 'is ignored' >&2; torch_ok; }
+if torch_ok; then
+  echo "[setup] torch $TORCH_PIN already installed"
+elif [ -n "${TORCH_INDEX_URL:-}" ]; then
+  echo "[setup] installing torch $TORCH_PIN from $TORCH_INDEX_URL"
+  pip_torch --index-url "$TORCH_INDEX_URL" || { echo "[setup] torch not installed from $TORCH_INDEX_URL" >&2; exit 1; }
+else
+  CPU_INDEX=https://download.pytorch.org/whl/cpu
+  echo "[setup] installing torch $TORCH_PIN (CPU build) from $CPU_INDEX"
+  if ! pip_torch --index-url "$CPU_INDEX" --retries 0 --timeout 15; then
+    echo "[setup] $CPU_INDEX not reachable: installing torch $TORCH_PIN with pip's own index (on PyPI a CUDA build)"
+    pip_torch || { echo "[setup] torch $TORCH_PIN could not be installed" >&2; exit 1; }
+  fi
+fi
 echo "[setup] installing roboreel[dev]"
 .venv/bin/pip install -q -c constraints.txt -e '.[dev]' 2>&1 | grep -v 'is ignored' || true
 .venv/bin/python -c "import torch, torchcodec, av; from torchcodec.decoders import VideoDecoder; \
