@@ -78,8 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes-per-shard", type=int, default=None,
                    help="fixed episodes per shard (overrides the size-based plan; default: size-based)")
     p.add_argument("--loop-filters", action="store_true",
-                   help="keep HEVC's in-loop filters (deblocking, SAO): ~+0.6 dB PSNR, ~25%% more CPU decode per "
-                        "frame (default off: docs/format.md, Encoding)")
+                   help="keep HEVC's in-loop filters (deblocking, SAO): a little more PSNR for more CPU decode per frame, "
+                        "every epoch (default off; the trade measured: docs/benchmarks.md)")
     p.add_argument("--psnr-frames", type=int, default=d.psnr_frames,
                    help=f"frames per clip sampled for the PSNR report (default {d.psnr_frames})")
     p.add_argument("--min-psnr", type=float, default=d.min_psnr,
@@ -87,8 +87,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"are tried, then x265 lossless (default {d.min_psnr:g}; 0 turns it off)")
     p.add_argument("--images", choices=IMAGE_MODES, default=d.images,
                    help="image features (images in the data parquet): 'clips' (default) makes RGB ones HEVC clips "
-                        "held to --min-psnr on every frame in RGB (4.9x faster to read than the kept PNGs on "
-                        "480x640 ALOHA); 'keep' carries the encoded images as they are, exact (docs/format.md, "
+                        "held to --min-psnr on every frame in RGB (faster to read than the kept images: "
+                        "docs/benchmarks.md); 'keep' carries the encoded images as they are, exact (docs/format.md, "
                         "Image features)")
     p.add_argument("--remux-max-gop", type=int, default=d.remux_max_gop,
                    help=f"stream-copy a source only if no keyframe interval is longer (frames; default "

@@ -61,7 +61,7 @@ class CompileSettings:
     shard_size_mb: float = 128.0  # target shard size; a shard holds whole episodes, so sizes vary around it
     episodes_per_shard: int | None = None  # when set, overrides size-based planning
     psnr_frames: int = 4  # frames per re-encoded clip compared with the source decode for the PSNR report
-    loop_filters: bool = False  # x265 deblocking + SAO: ~+0.6 dB PSNR for ~25% more CPU decode (module doc)
+    loop_filters: bool = False  # x265 deblocking + SAO: a little more PSNR for more CPU decode every epoch
     # A source span is stream-copied only when no keyframe interval in it is longer than this (frames): a long
     # GOP makes every random access decode up to that many frames (measured: a 240-frame GOP H.264 read
     # 1.8-2x slower than re-encoded, docs/format.md). LeRobot writes g=2; phones and recorders write 30-250.
@@ -70,9 +70,9 @@ class CompileSettings:
     # re-encoded at a lower CRF (down to ``crf - 12`` in steps of 4), then x265 lossless (transcode.py).
     min_psnr: float = 40.0
     # Image features (``dtype: "image"``, images in the data parquet): "clips" re-encodes RGB ones as HEVC clips
-    # held to ``min_psnr`` on every frame in RGB (compile/imageclips.py; measured on ALOHA 480x640: read 4.9x
-    # faster than the kept PNGs, 4.2x LeRobotDataset); "keep" carries the source's encoded images as they are
-    # (exact, LeRobot's own decode, read at ~0.8x LeRobot). docs/format.md, "Image features".
+    # held to ``min_psnr`` on every frame in RGB (compile/imageclips.py), faster to read than the images;
+    # "keep" carries the source's encoded images as they are (exact, LeRobot's own decode). Measured:
+    # docs/benchmarks.md; docs/format.md, "Image features".
     images: Literal["clips", "keep"] = "clips"
 
     def __post_init__(self) -> None:
