@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 HOST = "2-core x86_64 host, no GPU"
 
-# docs/benchmarks.md, "How fast training reads": samples/s, medians (first-epoch window, 2026-11-25)
+# docs/benchmarks.md, "Across data shapes": samples/s, medians (first-epoch window, 2026-11-25)
 READERS = ("roboreel.loader", "DataLoader(CompiledDataset)", "LeRobotDataset")
 SHAPES: list[tuple[str, tuple[float, float, float]]] = [
     ("ALOHA 480x640, 1 cam\nuint8, batch 16", (1356, 581, 410)),
@@ -28,7 +28,8 @@ SHAPES: list[tuple[str, tuple[float, float, float]]] = [
     ("synthetic 224x224, 3 cams\nfloat32, batch 32", (824, 390, 204)),
 ]
 
-# docs/benchmarks.md, the tables named in each label: roboreel / LeRobotDataset, ratio of medians
+# docs/benchmarks.md, the sections dated in each label: roboreel / LeRobotDataset, ratio of medians ("Training
+# reads", "Across data shapes" and its steady state, "Image features", "Compile at the training resolution")
 SPEEDUPS: list[tuple[str, float]] = [
     ("ALOHA 480x640 uint8, README loop, 4 epochs (11-27)", 3.2),
     ("ALOHA 480x640 uint8, steady state, batch 16 (11-25)", 3.3),
@@ -38,6 +39,15 @@ SPEEDUPS: list[tuple[str, float]] = [
     ("synthetic 224x224 x3 float32 (11-25)", 4.0),
     ("ALOHA image features, --images clips (11-26)", 4.2),
     ("ALOHA compiled --resize 224x224 vs LeRobot + Resize (11-26)", 12.6),
+]
+
+# docs/benchmarks.md, "Scale: start-up and memory against the episode count" (2026-11-23): episodes,
+# CompiledDataset(...) s, first batch s, index memory MB
+SCALE: list[tuple[int, float, float, float]] = [
+    (1_000, 0.011, 0.10, 42),
+    (10_000, 0.012, 0.14, 42),
+    (100_000, 0.011, 0.12, 42),
+    (1_000_000, 0.014, 0.16, 88),
 ]
 
 
@@ -80,6 +90,24 @@ def speedup_chart(path: Path) -> None:
     plt.close(fig)
 
 
+def scale_chart(path: Path) -> None:
+    """Three panels against the episode count: opening the dataset, the first batch, the index's memory."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    x = [row[0] for row in SCALE]
+    panels = ("CompiledDataset(...) [s]", "first batch [s]", "index memory per process [MB]")
+    for i, (ax, label) in enumerate(zip(axes, panels, strict=True), start=1):
+        ax.plot(x, [row[i] for row in SCALE], "o-")
+        ax.set_xscale("log")
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("episodes in the index")
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"Start-up and memory against the episode count ({HOST}, 2026-11-23)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="folder for the PNGs (docs/img)")
@@ -87,6 +115,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     readers_chart(out / "readers-by-shape.png")
     speedup_chart(out / "speedup-vs-lerobot.png")
+    scale_chart(out / "bench-scale.png")
 
 
 if __name__ == "__main__":
