@@ -32,7 +32,7 @@ else
   CPU_INDEX=https://download.pytorch.org/whl/cpu
   echo "[setup] installing torch $TORCH_PIN (CPU build) from $CPU_INDEX"
   if ! pip_torch --index-url "$CPU_INDEX" --retries 0 --timeout 15; then
-    echo "[setup] $CPU_INDEX not reachable: installing torch $TORCH_PIN with pip's own index (on PyPI a CUDA build)"
+    echo "[setup] no torch $TORCH_PIN from $CPU_INDEX: installing it with pip's own index (on PyPI a CUDA build, several GB)"
     pip_torch || { echo "[setup] torch $TORCH_PIN could not be installed" >&2; exit 1; }
   fi
 fi
