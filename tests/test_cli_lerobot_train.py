@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from roboreel.cli import _split_passthrough
+from roboreel.cli.lerobot_train import FLAG_NAMES
 from roboreel.integrations.lerobot import lerobot_available
 from roboreel.integrations.lerobot.options import LoaderOptions
 
@@ -37,7 +38,7 @@ def test_help_without_lerobot_lists_roboreels_flags_and_how_to_install():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     for field in dataclasses.fields(LoaderOptions):  # every flag LoaderOptions defines, with its help
-        assert f"--roboreel.{field.name}=" in proc.stdout
+        assert f"--roboreel.{FLAG_NAMES.get(field.name, field.name)}=" in proc.stdout
     assert "--roboreel.loader=stage|dataloader\n      stage (roboreel.loader: decode threads" in proc.stdout
     assert "LeRobot is not installed here" in proc.stdout
     assert "pip install 'roboreel[lerobot]'" in proc.stdout and "docs/lerobot.md" in proc.stdout
