@@ -69,6 +69,22 @@ def test_bench_uint8_runs_every_reader_in_uint8(small_source, small_compiled, tm
         assert res["frame_dtype"] == "torch.uint8" and res["samples"] == 8
 
 
+def test_bench_reports_sample_order_beside_uniform_sampling(small_source, small_compiled):
+    """Every reader's run carries its batches' order figures and uniform sampling's over what it reads."""
+    from roboreel.formats.lerobot_v3 import LeRobotSource
+    from roboreel.reader.order import uniform_order
+
+    cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=3, return_uint8=True)
+    src = LeRobotSource(str(small_source))
+    want = uniform_order([e.length for e in src.episodes], fps=src.fps, batch_size=4)
+    for reader in ("compiled", "reference"):
+        res = run_one(reader, "single", compiled=str(small_compiled), source=str(small_source), cfg=cfg)
+        assert res["batches"] == 3  # the window, not the order meter's count
+        assert 1 <= res["distinct_episodes_per_batch"] <= 4 and res["near_duplicate_pairs_per_batch"] >= 0
+        assert (res["uniform_distinct_episodes_per_batch"], res["uniform_near_duplicate_pairs_per_batch"]) == (
+            pytest.approx(want[0]), pytest.approx(want[1]))
+
+
 def test_bench_warmup_epochs_measures_the_next_epoch(small_source, small_compiled):
     # A whole epoch is read first, untimed; the window's counters are the measured epoch's alone.
     cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=3, return_uint8=True, warmup_epochs=1)

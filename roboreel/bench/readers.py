@@ -38,6 +38,7 @@ Reader = Literal["compiled", "loader", "loader_cl", "loader_inproc", "loader_rea
 Mode = Literal["single", "sarm"]
 READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork",
                             "largest", "largest_loader", "reference", "lerobot")
+SOURCE_READERS = ("reference", "lerobot")  # read the LeRobot source, not the compiled dataset
 README_READERS = ("loader_readme", "loader_refork")  # roboreel.loader called as the README does (runner.py)
 MODES: tuple[str, ...] = ("single", "sarm")
 LATENCY_KEY = "__bench_latency_s"

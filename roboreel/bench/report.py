@@ -13,10 +13,16 @@ _CSV_FIELDS = (
     "reader", "mode", "repeat", "where", "samples", "samples_per_s", "ceiling_fraction", "ceiling_frames_per_s",
     "ceiling_drift", "first_batch_s",
     "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "peak_rss_mb", "decode_s", "fetch_s",
-    "decoder_opens", "decoder_reuses", "distinct_episodes_per_batch", "cpu_ms_per_sample", "batch_size", "num_workers",
+    "decoder_opens", "decoder_reuses", "distinct_episodes_per_batch", "uniform_distinct_episodes_per_batch",
+    "near_duplicate_pairs_per_batch", "uniform_near_duplicate_pairs_per_batch", "cpu_ms_per_sample", "batch_size", "num_workers",
     "persistent_workers", "steady_epochs", "epoch_start_s",
     "decode_device", "decode_stage", "fallback_clips", "gpu_max_allocated_mb", "gpu_max_reserved_mb",
 )
+
+
+# Sample order (reader/order.py): each reader's figure and uniform sampling's over the same episodes
+ORDER_FIELDS = ("distinct_episodes_per_batch", "uniform_distinct_episodes_per_batch",
+                "near_duplicate_pairs_per_batch", "uniform_near_duplicate_pairs_per_batch")
 
 
 def write_runs(out: Path, runs: list[dict[str, Any]]) -> None:
@@ -46,7 +52,7 @@ def summarize(runs: list[dict[str, Any]], *, baseline: str = "reference") -> lis
             "samples_per_s": med("samples_per_s"), "ceiling_fraction": med("ceiling_fraction"),
             "first_batch_s": med("first_batch_s"), "latency_p50_ms": med("latency_p50_ms"),
             "latency_p99_ms": med("latency_p99_ms"), "peak_rss_mb": med("peak_rss_mb"),
-            "distinct_episodes_per_batch": med("distinct_episodes_per_batch"),
+            **{k: med(k) for k in ORDER_FIELDS},
             "cpu_ms_per_sample": med("cpu_ms_per_sample"),
             "gpu_max_allocated_mb": med("gpu_max_allocated_mb"), "gpu_max_reserved_mb": med("gpu_max_reserved_mb"),
         })
@@ -65,15 +71,22 @@ def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _pair(row: dict[str, Any], key: str) -> str:
+    """An order figure with uniform sampling's beside it: "11.3 (17.9)"."""
+    uniform = row.get("uniform_" + key)
+    return _fmt(row.get(key), ".1f") + ("" if uniform is None else f" ({uniform:.1f})")
+
+
 def markdown_table(rows: list[dict[str, Any]], *, baseline: str = "reference") -> str:
     """The summary as a Markdown table (what docs/benchmarks.md and the CLI print)."""
     lerobot = baseline != "lerobot" and any(r.get("x_lerobot") is not None for r in rows)
     head = ("| where | mode | reader | samples/s | of ceiling | x " + baseline + (" | x lerobot" if lerobot else "") +
-            " | first batch s | p50 ms | p99 ms | peak RSS MB | episodes/batch | CPU ms/sample |")
+            " | first batch s | p50 ms | p99 ms | peak RSS MB | episodes/batch (uniform) | near-dup pairs/batch (uniform) "
+            "| CPU ms/sample |")
     gpu = any(r.get("gpu_max_allocated_mb") is not None for r in rows)  # a --decode-device cuda run
     if gpu:
         head += " GPU max alloc MB | GPU max reserved MB |"
-    lines = [head, "|" + "|".join(["---"] * (12 + lerobot + 2 * gpu)) + "|"]
+    lines = [head, "|" + "|".join(["---"] * (13 + lerobot + 2 * gpu)) + "|"]
     for r in rows:
         lines.append(
             f"| {r['where']} | {r['mode']} | {r['reader']} | {_fmt(r['samples_per_s'], '.0f')} | "
@@ -81,7 +94,8 @@ def markdown_table(rows: list[dict[str, Any]], *, baseline: str = "reference") -
             + (f"{_fmt(r.get('x_lerobot'), '.1f')} | " if lerobot else "") +
             f"{_fmt(r['first_batch_s'], '.2f')} | {_fmt(r['latency_p50_ms'], '.1f')} | "
             f"{_fmt(r['latency_p99_ms'], '.1f')} | {_fmt(r['peak_rss_mb'], '.0f')} | "
-            f"{_fmt(r['distinct_episodes_per_batch'], '.1f')} | {_fmt(r.get('cpu_ms_per_sample'), '.2f')} |"
+            f"{_pair(r, 'distinct_episodes_per_batch')} | {_pair(r, 'near_duplicate_pairs_per_batch')} | "
+            f"{_fmt(r.get('cpu_ms_per_sample'), '.2f')} |"
             + (f" {_fmt(r.get('gpu_max_allocated_mb'), '.0f')} | {_fmt(r.get('gpu_max_reserved_mb'), '.0f')} |"
                if gpu else "")
         )

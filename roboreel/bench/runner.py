@@ -32,7 +32,19 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from roboreel.bench.procmem import PeakRSS, tree_cpu_seconds
-from roboreel.bench.readers import LATENCY_KEY, README_READERS, build, to_device
+from roboreel.bench.readers import (
+    LATENCY_KEY,
+    README_READERS,
+    SOURCE_READERS,
+    build,
+    mixture_members,
+    to_device,
+)
+from roboreel.formats.lerobot_v3 import LeRobotSource
+from roboreel.reader import CompiledDataset, StreamOptions
+from roboreel.reader.order import OrderMeter, order_keys
+
+ORDER_KEYS = ("episode_index", "timestamp", "dataset_index")
 
 
 class BenchError(RuntimeError):
@@ -114,7 +126,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
         torch.cuda.reset_peak_memory_stats(device)
 
     latencies: list[float] = []
-    distinct: list[int] = []
+    order = OrderMeter()  # distinct episodes and near-duplicate pairs per steady batch (reader/order.py)
     steady_samples = 0
     first_batch_s = None
     frame_dtype = None  # what the camera tensors really were (the run's return_uint8 setting, checked)
@@ -156,7 +168,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
                 elif t_steady is not None:
                     steady_samples += n
                     latencies.append(lat_s / max(1, n))  # worker (+ decode stage) time per sample, per batch
-                    distinct.append(len(set(batch["episode_index"].flatten().tolist())))
+                    order.add(*order_keys({k: batch[k].cpu() for k in ORDER_KEYS if k in batch}))
                     t_end = now
                 if t_steady is not None and (
                     (cfg.seconds is not None and now - t_steady >= cfg.seconds)
@@ -201,7 +213,7 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
         "latency_p50_ms": float(np.percentile(lat_ms, 50)), "latency_p95_ms": float(np.percentile(lat_ms, 95)),
         "latency_p99_ms": float(np.percentile(lat_ms, 99)),
         "peak_rss_mb": mem.peak / 2**20,
-        "distinct_episodes_per_batch": float(np.mean(distinct)),
+        **_order_figures(order, reader, compiled=compiled, source=source, storage_options=storage_options),
         "cpu_ms_per_sample": (cpu_end - cpu_steady) * 1e3 / steady_samples
         if cpu_end is not None and cpu_steady is not None else None,
         "decode_s": stats.get("decode_seconds") if stats else None,
@@ -216,6 +228,22 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
         "stage_wait_s": loader.stats()["wait_seconds"] if staged else None,
         **gpu_mem,
     }
+
+
+def _order_figures(order: OrderMeter, reader: str, *, compiled: str, source: str,
+                   storage_options: dict | None) -> dict[str, float | None]:
+    """The steady batches' order figures beside uniform sampling's over what ``reader`` reads (its episode
+    lengths and fps: the source's for the source readers); no uniform figures for a mixture (weighted draws)."""
+    lengths, fps = None, None
+    if reader in SOURCE_READERS:
+        src = LeRobotSource(source, storage_options=storage_options)
+        lengths, fps = np.array([e.length for e in src.episodes], dtype=np.int64), src.fps
+    elif len(mixture_members(compiled)) == 1:
+        ds = CompiledDataset(compiled, stream=StreamOptions(storage_options=storage_options))
+        lengths, fps = ds.episode_lengths(), ds.fps
+    figures = order.summary(lengths, fps=fps)
+    figures.pop("batches")  # the run's own "batches" is its configured window
+    return figures
 
 
 def _frame_dtype(batch: dict[str, Any], camera_keys: Any) -> str | None:

@@ -187,7 +187,8 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
                             frac += f" (the ceiling moved {res['ceiling_drift']:+.0%} across this run)"
                         echo(f"  {where:>12} {mode:>6} {reader:>9} #{r}: {res['samples_per_s']:8.1f} samples/s"
                              f"{frac}, first batch {res['first_batch_s']:.2f}s, "
-                             f"{res['distinct_episodes_per_batch']:.1f} episodes/batch, "
+                             f"{res['distinct_episodes_per_batch']:.1f} episodes and "
+                             f"{res['near_duplicate_pairs_per_batch']:.1f} near-duplicate pairs a batch, "
                              f"peak RSS {res['peak_rss_mb']:.0f} MB, CPU {_ms(res.get('cpu_ms_per_sample'))} ms/sample"
                              f"{_gpu_note(res)}")
     ceiling_fps = statistics.median(ceilings) if ceilings else None

@@ -258,6 +258,13 @@ class CompiledDataset(EpochState, IterableDataset):
         rank's share of an epoch."""
         return self.selection.total
 
+    def episode_lengths(self) -> np.ndarray:
+        """Frames of each selected episode (all ranks): the population uniform sampling draws from (order.py)."""
+        lengths = self.manifest.lengths
+        if self.episodes is None:
+            return np.asarray(lengths.array, dtype=np.int64)
+        return np.array([lengths[e] for e in self.episodes], dtype=np.int64)
+
     @property
     def num_episodes(self) -> int:
         """Selected episodes (LeRobotDataset.num_episodes)."""

@@ -45,6 +45,7 @@ from roboreel.reader.decode.stage import default_decode_threads, default_infligh
 from roboreel.reader.fetch.prefetch import Prefetcher
 from roboreel.reader.loader_stage import DecodeStage
 from roboreel.reader.mixture import MixtureDataset
+from roboreel.reader.order import OrderMeter
 from roboreel.reader.plan.resume import worker_batches
 
 logger = logging.getLogger(__name__)
@@ -159,6 +160,7 @@ class DeviceLoader:
         # waits 5 s for each before killing it.
         self._stage_done: threading.Event | None = None
         self._totals = {"batches": 0, "stage_seconds": 0.0, "wait_seconds": 0.0}
+        self._order = OrderMeter()  # the batches' sample order (order.py), in stats()["order"]
         self._routes: dict[str, Any] = {}
         # batch arrays reused across batches and epochs (buffers.py). Every camera of a size shares one list, so
         # the pool must hold what all cameras have in flight at once: batches queued, being decoded, being finished
@@ -250,8 +252,11 @@ class DeviceLoader:
     def stats(self) -> dict[str, Any]:
         """The dataset's counters (workers + decode stage) plus the stage's: batches, ``stage_seconds`` (decode
         + assembly + waiting for the GPU), ``wait_seconds`` (the loop waiting for a decoded batch: > 0 means
-        decode is the bottleneck), clips per device and fallbacks by reason."""
-        return {**self.dataset.stats(), **self._totals, **self._routes}
+        decode is the bottleneck), clips per device and fallbacks by reason; ``order``: the decoded batches'
+        distinct episodes and near-duplicate pairs per batch, beside uniform sampling's (order.py)."""
+        lengths = getattr(self.dataset, "episode_lengths", None)
+        order = self._order.summary(lengths() if lengths else None, fps=getattr(self.dataset, "fps", None))
+        return {**self.dataset.stats(), **self._totals, **self._routes, "order": order}
 
 
 def loader(dataset: CompiledDataset, *, batch_size: int, num_workers: int = 0, prefetch_batches: int = 2,

@@ -27,6 +27,7 @@ from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.decode.stage import BatchJob, DecodePool
 from roboreel.reader.decode.unit import unit_float
+from roboreel.reader.order import OrderMeter, order_keys
 from roboreel.reader.stats import Flusher
 
 
@@ -42,6 +43,7 @@ class StageOwner(Protocol):
     _buffers: BufferPool
     _totals: dict[str, Any]
     _routes: dict[str, Any]
+    _order: OrderMeter
 
 
 class DecodeStage:
@@ -115,6 +117,7 @@ class DecodeStage:
                                      depth=frozenset(ds.depth), image_clips=ds.image_clips)
             if stream is not None:
                 stream.synchronize()  # blocks this thread only; the batch is complete when handed over
+            owner._order.add(*order_keys(job.pending.values))
             now = time.perf_counter()
             owner._totals["stage_seconds"] += now - t0
             if flusher.due():
