@@ -10,8 +10,10 @@
   (records on a prefetch thread, planning on the decode stage's thread): no worker processes, no pickling, no IPC.
 - ``loader_readme``: ``roboreel.loader(ds, batch_size=..., num_workers=...)`` exactly as the README's training loop
   calls it: every other knob (workers kept across epochs, prefetch, decode threads) at its default.
-- ``loader_refork``: the same with ``persistent_workers=False``: new DataLoader workers every epoch
-  (roboreel.loader's old default), to show what keeping them is worth.
+- ``loader_refork``: the same with ``persistent_workers=False``: new DataLoader workers every epoch, to show what
+  keeping them is worth.
+- ``loader_random``: ``loader_readme`` with ``DecodeOptions(frame_order="random")``: frames leave the pool one by one
+  at random instead of in GOP runs (independent neighbours, more decoding a sample)
 - ``largest`` / ``largest_loader``: ``compiled`` / ``loader`` over the largest member of a mixture alone
   (``compiled`` given as ``a,b,...``), the yardstick of a mixture's throughput (reader/mixture.py).
 - ``reference``: roboreel's map-style reader over the *source* (random sampler, batched ``__getitems__``,
@@ -33,13 +35,14 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-Reader = Literal["compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork", "largest",
-                 "largest_loader", "reference", "lerobot"]
+Reader = Literal["compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork",
+                 "loader_random", "largest", "largest_loader", "reference", "lerobot"]
 Mode = Literal["single", "sarm"]
 READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork",
-                            "largest", "largest_loader", "reference", "lerobot")
+                            "loader_random", "largest", "largest_loader", "reference", "lerobot")
 SOURCE_READERS = ("reference", "lerobot")  # read the LeRobot source, not the compiled dataset
-README_READERS = ("loader_readme", "loader_refork")  # roboreel.loader called as the README does (runner.py)
+# roboreel.loader called as the README does (runner.py); loader_random at DecodeOptions(frame_order="random")
+README_READERS = ("loader_readme", "loader_refork", "loader_random")
 MODES: tuple[str, ...] = ("single", "sarm")
 LATENCY_KEY = "__bench_latency_s"
 
@@ -157,7 +160,9 @@ def build(reader: str, mode: str, *, compiled: str, source: str, episode_pool_si
         from roboreel.reader import CompiledDataset
         from roboreel.reader.options import DecodeOptions, StreamOptions
 
-        kwargs: dict[str, Any] = {"delta_timestamps": dts, "seed": seed, "decode": DecodeOptions(device=decode_device),
+        order = "random" if reader == "loader_random" else "segments"  # every frame independent, or GOP runs
+        kwargs: dict[str, Any] = {"delta_timestamps": dts, "seed": seed,
+                                  "decode": DecodeOptions(device=decode_device, frame_order=order),
                                   "stream": StreamOptions(storage_options=storage_options), "return_uint8": return_uint8}
         if episode_pool_size:
             kwargs["episode_pool_size"] = episode_pool_size

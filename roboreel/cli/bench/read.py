@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "channels_last=True; loader_inproc = loader with num_workers=0 (no worker processes); "
                         "loader_readme = roboreel.loader called exactly as the README's training loop calls it "
                         "(batch_size and num_workers only); loader_refork = loader_readme with "
-                        "persistent_workers=False; largest = compiled over a mixture's largest member alone; "
+                        "persistent_workers=False; loader_random = loader_readme with DecodeOptions(frame_order=\"random\") "
+                        "(frames one by one at random, not in GOP runs); largest = compiled over a mixture's largest member alone; "
                         "largest_loader = loader over that member; reference = roboreel's map-style reader over the "
                         "source; lerobot = LeRobotDataset over the source")
     p.add_argument("--remap", default=None, metavar="FILE",
