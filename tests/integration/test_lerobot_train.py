@@ -109,8 +109,8 @@ def test_both_loaders_train_with_two_workers_and_held_out_episodes_on_the_same_b
 
 
 def _two_ranks(args: list[str], probe):
-    """lerobot-train with ``args`` on two accelerate ranks, finished successfully; skipped (never a false pass:
-    these tests are about two ranks) when accelerate starts fewer. `accelerate launch --cpu --num_processes 2`
+    """lerobot-train with ``args`` on two accelerate ranks, finished successfully; a failure when accelerate starts
+    fewer (these tests are about two ranks: one rank must not pass for two). `accelerate launch --cpu --num_processes 2`
     starts ONE process (accelerate 1.15's simple launcher: multi-CPU needs mpirun); --multi_gpu launches through
     torchrun, and with --policy.device=cpu every rank runs on the CPU (DistributedType.MULTI_CPU, gloo)."""
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
@@ -118,7 +118,7 @@ def _two_ranks(args: list[str], probe):
                 "--main_process_port", str(free_port())]
     run = run_train(args, probe, launcher=launcher)
     if run.started() < 2:
-        pytest.skip(f"accelerate started {run.started()} of 2 processes:\n{run.log[-2000:]}")
+        pytest.fail(f"accelerate started {run.started()} of 2 processes:\n{run.log[-2000:]}")
     _ok(run)
     return run
 
