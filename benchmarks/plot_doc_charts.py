@@ -1,7 +1,7 @@
 """Draw the charts of docs/benchmarks.md from the numbers in its tables (no measurement here).
 
 The numbers are copied from the tables they illustrate, so a chart can be redrawn, or changed with its table, with
-nothing but matplotlib (``pip install '.[plot]'`` from a clone):
+roboreel and matplotlib (``pip install '.[plot]'`` from a clone):
 
     python benchmarks/plot_doc_charts.py docs/img
 """
@@ -15,6 +15,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from roboreel.bench.scale import chart  # noqa: E402
 
 HOST = "2-core x86_64 host, no GPU"
 
@@ -92,21 +94,9 @@ def speedup_chart(path: Path) -> None:
 
 
 def scale_chart(path: Path) -> None:
-    """Three panels against the episode count: opening the dataset, the first batch, the index's memory."""
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    x = [row[0] for row in SCALE]
-    panels = ("CompiledDataset(...) [s]", "first batch [s]", "index memory per process [MB]")
-    for i, (ax, label) in enumerate(zip(axes, panels, strict=True), start=1):
-        ax.plot(x, [row[i] for row in SCALE], "o-")
-        ax.set_xscale("log")
-        ax.set_ylim(bottom=0)
-        ax.set_xlabel("episodes in the index")
-        ax.set_title(label, fontsize=10)
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"Start-up and memory against the episode count ({HOST}, 2026-11-23)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    """bench scale's own chart (roboreel/bench/scale.py), drawn from the table's numbers."""
+    rows = [{"episodes": e, "construct_s": c, "first_batch_s": f, "index_rss_mb": m} for e, c, f, m in SCALE]
+    chart(rows, path, title=f"Start-up and memory against the episode count ({HOST}, 2026-11-23)")
 
 
 def main() -> None:

@@ -227,7 +227,7 @@ def run_scale(workdir: Path, real: Path, cfg: ScaleConfig, out: Path) -> list[di
     (out / "scale.json").write_text(json.dumps({"config": asdict(cfg), "rows": rows}, indent=1))
     keys = list(rows[0])
     (out / "scale.csv").write_text("\n".join([",".join(keys)] + [",".join(str(r[k]) for k in keys) for r in rows]) + "\n")
-    _chart(rows, out / "scale.png")
+    chart(rows, out / "scale.png")
     return rows
 
 
@@ -250,7 +250,9 @@ def markdown(rows: list[dict[str, Any]], *, num_workers: int = ScaleConfig.num_w
     return "\n".join(lines)
 
 
-def _chart(rows: list[dict[str, Any]], path: Path) -> None:
+def chart(rows: list[dict[str, Any]], path: Path, *, title: str | None = None) -> None:
+    """Three panels against the episode count: opening the dataset, the first batch, the index's memory (rows:
+    ``run_scale``'s, or docs/benchmarks.md's table as benchmarks/plot_doc_charts.py gives them)."""
     try:
         import matplotlib
 
@@ -268,6 +270,8 @@ def _chart(rows: list[dict[str, Any]], path: Path) -> None:
         a.set_xlabel("episodes in the index")
         a.set_title(label, fontsize=10)
         a.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
