@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import hashlib
 import json
 import os
@@ -36,7 +37,7 @@ from roboreel.compile.stats import dataset_stats, episode_columns
 from roboreel.compile.update import UPDATE_NAME, generation, index_dir, remove_unused
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.depth import DEPTH_CHANNELS, is_depth
-from roboreel.formats.errors import CompiledFormatError
+from roboreel.formats.errors import CompiledFormatError, RoboreelError
 from roboreel.formats.index import FileIndex
 from roboreel.formats.index_write import IndexWriter
 from roboreel.formats.lerobot_v3 import read_parquet
@@ -222,6 +223,10 @@ def _stats_feature(column: str) -> str:
     return column[len("stats/"):].rsplit("/", 1)[0]
 
 
+# What a full, read-only or refusing filesystem raises while OUT is written
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
+
+
 def finalize(out: str) -> Manifest:
     """Write meta/ and the manifest of a compile whose shards all exist (see module doc).
 
@@ -232,7 +237,15 @@ def finalize(out: str) -> Manifest:
     if read_lock(out) is None:
         raise CompiledFormatError("no compile lock: not a roboreel compile output", file=out)
     with out_lock(out, FINALIZE_LOCK, "finalizes"):
-        return _finalize(out, read_lock(out))
+        try:
+            return _finalize(out, read_lock(out))
+        except OSError as e:
+            if e.errno not in WRITE_ERRNOS:
+                raise
+            # every write here is a temp + rename, so what stands in OUT is whole: the shards, and the index and
+            # meta/ files written before the failure; a rerun rewrites the rest
+            raise RoboreelError(f"finalize stopped by {type(e).__name__}: {e} (while writing the index, meta/ and "
+                                f"{MANIFEST_NAME}; the shards stay in {out}: rerun the same command to finish)") from e
 
 
 def _finalize(out: str, lock: dict[str, Any]) -> Manifest:

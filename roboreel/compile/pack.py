@@ -126,7 +126,8 @@ class ShardWriter:
         if self._w is not None:
             self._w.f = None
         self._tar = None
-        self._f.close()
+        with suppress(OSError):  # a full disk fails the buffer's flush again: the temp goes anyway
+            self._f.close()
         self._f = None
         if os.path.exists(self.tmp):
             os.unlink(self.tmp)

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from roboreel.compile.clips import clip_done, remove_clips, remove_clips_dir, sweep_clip_temps
+from roboreel.compile.finalize import WRITE_ERRNOS
 from roboreel.compile.finalize import finalize as finalize_out
 from roboreel.compile.fingerprint import episode_fingerprints
 from roboreel.compile.imageclips import clip_keys, kept_images
@@ -241,7 +242,9 @@ def compile_dataset(
         except Exception as e:  # an interrupt (KeyboardInterrupt) leaves OUT as it is: a rerun resumes
             if isinstance(e, SourceReadError):  # the network, not the source: keep what is finished, for the rerun
                 raise _rerun_hint(e, f"finished shards and clips stay in {out}: rerun the same command to resume") from e
-            cleaned = fresh and part is None
+            # a first compile that failed is removed, unless the filesystem refused a write (full, read-only, a
+            # size limit): its finished shards are whole, and once that is fixed a rerun resumes from them
+            cleaned = fresh and part is None and not (isinstance(e, OSError) and e.errno in WRITE_ERRNOS)
             if cleaned:
                 _empty(out, remove_dir=not existed)  # nothing of a failed first compile stays in OUT
             if isinstance(e, RoboreelError):

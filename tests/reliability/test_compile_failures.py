@@ -130,8 +130,10 @@ sys.exit(main(["compile", sys.argv[1], sys.argv[2], "--no-progress", "--workers"
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_a_compile_failing_with_an_os_error_cleans_up_and_says_so_in_one_line(small_source, tmp_path, workers):
-    """Not a RoboreelError (a full disk, here a file-size limit): OUT is still removed, one line explains."""
+def test_a_compile_failing_with_an_os_error_keeps_whole_shards_and_says_so_in_one_line(small_source, tmp_path,
+                                                                                       workers):
+    """Not a RoboreelError (a full disk, here a file-size limit): one line explains, only whole files stay, and
+    without the limit the same command resumes to the compile that never failed."""
     import subprocess
     import sys
 
@@ -142,5 +144,11 @@ def test_a_compile_failing_with_an_os_error_cleans_up_and_says_so_in_one_line(sm
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert "compile stopped by OSError" in lines[0] and "File too large" in lines[0]
-    assert f"removed what it had written to {out}" in lines[0]
-    assert not out.exists()
+    assert f"finished shards and clips stay in {out}; a rerun resumes" in lines[0]
+    assert temp_files(out) == [] and trusted_files_are_whole(out) == []
+    from roboreel.cli import main
+
+    args = ["--no-progress", "--workers", workers, "--episodes-per-shard", "2", "--preset", "ultrafast"]
+    assert main(["compile", str(small_source), str(out), *args]) == 0
+    assert main(["compile", str(small_source), str(tmp_path / "whole"), *args]) == 0
+    assert_same_tree(out, tmp_path / "whole")
