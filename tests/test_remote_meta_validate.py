@@ -171,3 +171,18 @@ def test_hf_offline_is_one_line_exit_2(tmp_path) -> None:
         assert "Traceback" not in done.stderr
         assert done.stderr.startswith(f"roboreel {args[0]}: error: ") and "offline mode is enabled" in done.stderr
     assert not out.exists()
+
+
+# -- validate as users run it -----------------------------------------------------------------------------------
+def test_validate_exits_cleanly_as_a_process_again_and_again(small_source, small_compiled) -> None:
+    """``roboreel validate`` as its own process, over and over, locally and over HTTP (fsspec's event loop thread,
+    torchcodec's decoders): exit 0 and nothing on stderr every time, no abort at interpreter exit."""
+    import subprocess
+    import sys
+
+    with FaultyServer(small_compiled) as compiled, FaultyServer(small_source) as source:
+        targets = [str(small_compiled), compiled.url, source.url]
+        for k in range(6):
+            args = [sys.executable, "-m", "roboreel.cli", "validate", targets[k % 3], *(["--deep"] if k < 3 else [])]
+            done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0 and done.stderr == "", (args, done.returncode, done.stderr)
