@@ -74,7 +74,7 @@ def _closed_port() -> int:
 @pytest.mark.parametrize("fault", ["reset", "truncate", "slow", "refused"])
 def test_transport_faults_without_a_status_are_transient(served, online, fault):
     faults = Faults(reset=1.0) if fault == "reset" else Faults(truncate=1.0) if fault == "truncate" else \
-        Faults(slow=1.0, slow_s=3 * TIMEOUT_S) if fault == "slow" else Faults()
+        Faults(slow=1.0, slow_s=6 * TIMEOUT_S) if fault == "slow" else Faults()
     with FaultyServer(served, faults=faults) as server:
         url = f"http://127.0.0.1:{_closed_port()}/f.bin" if fault == "refused" else f"{server.url}/f.bin"
         hub, req = _raised(lambda: hub_get(url)), _raised(lambda: requests_get(url))

@@ -88,10 +88,13 @@ def test_short_bodies_resume_at_the_next_byte(compiled):
 def test_stalled_responses_time_out_and_retry(compiled):
     _, local = run(str(compiled), num_workers=0)
     timeout = {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_read=0.3)}}
-    faults = Faults(slow=1.0, slow_s=1.0, path_prefix="/shards/", max_faults=2)
+    # each stall 2 s, over 6x the read timeout, so a loaded machine cannot read through one before timing out
+    faults = Faults(slow=1.0, slow_s=2.0, path_prefix="/shards/", max_faults=2)
     with FaultyServer(compiled, faults=faults) as server:
         ds, remote = run(server.url, num_workers=0, storage_options=timeout)
+        injected = server.faults_injected()
     assert_same_batches(remote, local)
+    assert injected == {"slow": 2}
     assert ds.stats()["retries"] >= 2  # the two stalls (a starved machine may add a slow read of its own)
 
 
