@@ -18,16 +18,15 @@ import ssl
 import subprocess
 import threading
 
+import httpx2  # huggingface_hub's HTTP client (a dependency of the declared huggingface_hub)
+import huggingface_hub.constants as hub_constants
+import huggingface_hub.utils as hub_http
 import pytest
+import requests
 from support.httpserver import Faults, FaultyServer
 
 from roboreel.formats.transient import is_transient
 from roboreel.formats.transient_errors import causes
-
-hub_http = pytest.importorskip("huggingface_hub.utils")
-hub_constants = pytest.importorskip("huggingface_hub.constants")
-httpx2 = pytest.importorskip("httpx2")
-requests = pytest.importorskip("requests")
 
 TIMEOUT_S = 0.3
 
