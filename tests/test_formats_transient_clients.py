@@ -11,12 +11,14 @@ alongside: other fsspec backends use it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import shutil
 import socket
 import ssl
 import subprocess
 import threading
+from collections.abc import Iterator
 
 import httpx2  # huggingface_hub's HTTP client (a dependency of the declared huggingface_hub)
 import huggingface_hub.constants as hub_constants
@@ -64,18 +66,21 @@ def requests_get(url: str) -> bytes:
     return r.content
 
 
-def _closed_port() -> int:
+@contextlib.contextmanager
+def _refusing_port() -> Iterator[int]:
+    """A port bound but not listening, held while in use: connections to it are refused, and no other process can
+    take it meanwhile (a port closed after binding could be reused before the test connects)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 @pytest.mark.parametrize("fault", ["reset", "truncate", "slow", "refused"])
 def test_transport_faults_without_a_status_are_transient(served, online, fault):
     faults = Faults(reset=1.0) if fault == "reset" else Faults(truncate=1.0) if fault == "truncate" else \
         Faults(slow=1.0, slow_s=6 * TIMEOUT_S) if fault == "slow" else Faults()
-    with FaultyServer(served, faults=faults) as server:
-        url = f"http://127.0.0.1:{_closed_port()}/f.bin" if fault == "refused" else f"{server.url}/f.bin"
+    with FaultyServer(served, faults=faults) as server, _refusing_port() as port:
+        url = f"http://127.0.0.1:{port}/f.bin" if fault == "refused" else f"{server.url}/f.bin"
         hub, req = _raised(lambda: hub_get(url)), _raised(lambda: requests_get(url))
     assert isinstance(hub, httpx2.TransportError), repr(hub)  # the hub raises the client's error as it is
     assert isinstance(req, requests.RequestException), repr(req)
