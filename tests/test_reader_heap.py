@@ -12,6 +12,19 @@ import torch
 from roboreel.reader import CompiledDataset
 from roboreel.reader.decode import heap
 
+
+@pytest.fixture()
+def unpinned():
+    """This process with no threshold on record, as a fresh one; afterwards the threshold it had is pinned again
+    (glibc's and the record both), so later tests in the process meet what they would have met."""
+    before = heap._done_in
+    heap._done_in = None
+    yield
+    heap._done_in = None
+    if before is not None and before[0] == os.getpid():
+        assert heap.pin_mmap_threshold(before[1])
+
+
 PROBE = r"""
 import ctypes, sys
 from roboreel.reader.decode.heap import pin_mmap_threshold  # light: ctypes only, nothing allocated in the heap yet
@@ -45,8 +58,7 @@ def test_pinning_keeps_large_blocks_out_of_the_heap_arena():
     assert probe("pinned") == "True"
 
 
-def test_iterating_and_dataloader_workers_pin_it(small_compiled):
-    heap._done_in = None
+def test_iterating_and_dataloader_workers_pin_it(small_compiled, unpinned):
     next(iter(CompiledDataset(str(small_compiled), shuffle=False)))
     assert heap._done_in == (os.getpid(), heap.MMAP_THRESHOLD_BYTES)
 
@@ -58,12 +70,11 @@ def test_iterating_and_dataloader_workers_pin_it(small_compiled):
     assert list(torch.utils.data.DataLoader(Pids(), batch_size=None, num_workers=2)) == [True, True]
 
 
-def test_the_decode_stage_sets_its_own_threshold(small_compiled):
+def test_the_decode_stage_sets_its_own_threshold(small_compiled, unpinned):
     """roboreel.loader's process decodes whole runs of frames: its threshold is the larger decode one, and the
     dataset's undecoded stream (iter_pending, num_workers=0) does not reset it to the workers' value."""
     from roboreel.reader.loader import loader
 
-    heap._done_in = None
     it = loader(CompiledDataset(str(small_compiled), shuffle=False), batch_size=4, num_workers=0)
     try:
         next(iter(it))
@@ -73,7 +84,7 @@ def test_the_decode_stage_sets_its_own_threshold(small_compiled):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc")
-def test_the_c_library_is_looked_up_once(monkeypatch):
+def test_the_c_library_is_looked_up_once(monkeypatch, unpinned):
     """``ctypes.util.find_library`` runs ``ldconfig -p`` in a subprocess: the heap helpers look glibc up once per
     process, not at every epoch end."""
     import ctypes.util
@@ -85,7 +96,6 @@ def test_the_c_library_is_looked_up_once(monkeypatch):
     try:
         for _ in range(3):
             assert heap.trim_heap()
-        heap._done_in = None
         assert heap.pin_mmap_threshold()
         assert calls == ["c"]
     finally:
