@@ -20,7 +20,10 @@ _COMPILED: dict[tuple, Path] = {}
 
 
 def _key(d: dict[str, Any]) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in d.items()))
+    """The overrides, and the synthesiser's task strings (a test may monkeypatch them: another dataset then)."""
+    from roboreel.synth import generate
+
+    return (*sorted((k, repr(v)) for k, v in d.items()), ("_TASKS", generate._TASKS))
 
 
 def source(tmp_path_factory: Any, **overrides: Any) -> Path:
