@@ -24,6 +24,7 @@ from lerobot_support import REPO_ID, lerobot_pair_fixture  # noqa: E402, F401
 from support.datasets import assert_same_sample, batch_indices  # noqa: E402
 from support.resume import assert_same_batches  # noqa: E402
 
+from roboreel.compile import CompileSettings  # noqa: E402
 from roboreel.integrations.lerobot.datasets import make_train_eval_datasets as roboreel_datasets  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
 
@@ -65,10 +66,11 @@ def test_batches_are_lerobot_trains_batches(lerobot_pair):
                 assert type(got) is type(want) and len(got) == len(want), key
         assert batch["observation.images.top"].dtype == torch.uint8
     cams = theirs.meta.camera_keys
-    for batch in batches[:2]:
+    for batch in batches:  # every sample of the epoch, windows and camera frames included
         for i, index in enumerate(batch_indices(batch)):
             sample = {k: v[i] for k, v in batch.items()}
-            assert_same_sample(sample, theirs[index], cams)
+            # pixel codes do not survive every AV1 encode at 48x64: frames held to the fidelity floor instead
+            assert_same_sample(sample, theirs[index], cams, min_psnr=CompileSettings().min_psnr)
     seen = [i for b in batches for i in batch_indices(b)]
     assert sorted(seen) == list(range(theirs.num_frames))  # one epoch: every frame once
 
