@@ -129,8 +129,6 @@ def check_dataset(path: str, *, cuda: CudaInfo, gpu_device: str | None, gpu_requ
     """
     fs, root = fsspec.core.url_to_fs(path)
     root = root.rstrip("/")
-    if not fs.exists(root):
-        raise SourceError("no such dataset directory", file=path)
     unfinished_compile(lambda rel: fs.exists(posixpath.join(root, rel)),
                        lambda rel: fs.isdir(posixpath.join(root, rel)), path)
     if fs.exists(posixpath.join(root, MANIFEST_NAME)):
@@ -139,6 +137,8 @@ def check_dataset(path: str, *, cuda: CudaInfo, gpu_device: str | None, gpu_requ
         seek_mode: Literal["exact", "approximate"] = "exact"  # a clip is one episode: small
     elif fs.exists(posixpath.join(root, v3.INFO_PATH)):
         kind, clips, seek_mode = "source", _source_clips(path), "approximate"  # shared mp4s can be large
+    elif not fs.exists(root):  # asked last: a server without directory listings has no root to ask about
+        raise SourceError("no such dataset directory", file=path)
     else:
         raise SourceError(f"not a compiled roboreel dataset (no {MANIFEST_NAME}) nor a LeRobot v3 source "
                           f"(no {v3.INFO_PATH})", file=path)
