@@ -214,7 +214,7 @@ def test_depth_with_workers_and_transforms(pair):
         return ds
 
     a = list(DataLoader(make(), batch_size=4, num_workers=2))
-    b = list(roboreel.loader(make(), batch_size=4, num_workers=2, decode_threads=2))
+    b = list(roboreel.loader(make(), mix_workers=False, batch_size=4, num_workers=2, decode_threads=2))
     assert sum(len(x["index"]) for x in a) == make().num_frames
     for x, y in zip(a, b, strict=True):
         for i, idx in enumerate(x["index"].tolist()):

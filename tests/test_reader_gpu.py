@@ -187,7 +187,7 @@ def test_a_clip_without_its_bytes_is_refused():
 def test_loader_batches_equal_the_dataloader_batches(compiled, num_workers):
     make = _make(compiled, epoch=1)
     want = _plain(make, batch_size=5, num_workers=num_workers)
-    dl = roboreel.loader(make(), batch_size=5, num_workers=num_workers)
+    dl = roboreel.loader(make(), mix_workers=False, batch_size=5, num_workers=num_workers)
     cpu = time.process_time()
     got = list(dl)
     cpu = time.process_time() - cpu  # every thread of this process: the decode threads' share is part of it
@@ -225,15 +225,15 @@ def test_loader_uint8_and_transforms_equal_the_dataloader(compiled):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_loader_resume_equals_an_uninterrupted_run(compiled, num_workers):
     make = _make(compiled, epoch=1)
-    full = list(roboreel.loader(make(), batch_size=6, num_workers=num_workers))
+    full = list(roboreel.loader(make(), mix_workers=False, batch_size=6, num_workers=num_workers))
     for k in (1, 4):
-        dl = roboreel.loader(make(), batch_size=6, num_workers=num_workers, prefetch_batches=3)
+        dl = roboreel.loader(make(), mix_workers=False, batch_size=6, num_workers=num_workers, prefetch_batches=3)
         it = iter(dl)
         first = [next(it) for _ in range(k)]
         state = json.loads(json.dumps(dl.state_dict()))  # what a trainer saves, through JSON
         assert state["batches"] == k and state["epoch"] == 1
         del it  # abandon the epoch (the decode thread had batches ready: they must not be skipped)
-        dl2 = roboreel.loader(make(), batch_size=6, num_workers=num_workers)
+        dl2 = roboreel.loader(make(), mix_workers=False, batch_size=6, num_workers=num_workers)
         dl2.load_state_dict(state)
         rest = list(dl2)
         assert_same_batches(first + rest, full)
@@ -247,7 +247,7 @@ def test_loader_with_persistent_workers_follows_the_dataloader_across_epochs(com
     plain = DataLoader(make(), batch_size=6, num_workers=2, persistent_workers=True)
     want_first = next(iter(plain))
     want_next = list(plain)
-    dl = roboreel.loader(make(), batch_size=6, num_workers=2, persistent_workers=True)
+    dl = roboreel.loader(make(), mix_workers=False, batch_size=6, num_workers=2, persistent_workers=True)
     got_first = next(iter(dl))
     got_next = list(dl)
     assert_same_batches([got_first] + got_next, [want_first] + want_next)
@@ -258,7 +258,7 @@ def test_loader_arguments_are_checked(compiled):
     with pytest.raises(ValueError, match=r"roboreel.loader does not take \['collate_fn'\]"):
         roboreel.loader(ds, batch_size=4, collate_fn=list)
     with pytest.raises(ValueError, match="in_order must be True"):
-        roboreel.loader(ds, batch_size=4, num_workers=2, in_order=False)
+        roboreel.loader(ds, mix_workers=False, batch_size=4, num_workers=2, in_order=False)
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
         roboreel.loader(ds, batch_size=0)
     with pytest.raises(ValueError, match="prefetch_batches must be an integer >= 1"):
@@ -271,7 +271,7 @@ def test_loader_arguments_are_checked(compiled):
 
 def test_an_abandoned_loader_stops_its_thread_and_workers(compiled):
     before = {p.pid for p in multiprocessing.active_children()}
-    dl = roboreel.loader(_make(compiled)(), batch_size=4, num_workers=2)
+    dl = roboreel.loader(_make(compiled)(), mix_workers=False, batch_size=4, num_workers=2)
     it = iter(dl)
     next(it)
     again = iter(dl)  # a new epoch closes the live one first
@@ -298,8 +298,8 @@ def test_bench_reads_through_the_loader_when_asked(compiled, tmp_path):
 def test_gpu_batches_match_the_cpu_batches(large):
     """NVDEC-sized clips: frames decoded on the GPU, same keys/dtypes/shapes, same frames (pixel codes), pixel
     values within codec tolerance (NVDEC + NPP colour conversion is not bit-exact with FFmpeg's swscale)."""
-    want = list(roboreel.loader(_make(large)(), batch_size=4, num_workers=2))
-    dl = roboreel.loader(_make(large, device="cuda")(), batch_size=4, num_workers=2, pin_memory=True)
+    want = list(roboreel.loader(_make(large)(), mix_workers=False, batch_size=4, num_workers=2))
+    dl = roboreel.loader(_make(large, device="cuda")(), mix_workers=False, batch_size=4, num_workers=2, pin_memory=True)
     got = list(dl)
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
@@ -325,9 +325,9 @@ def test_gpu_batches_match_the_cpu_batches(large):
 @pytest.mark.needs_cuda
 @needs_cuda
 def test_gpu_small_frames_fall_back_per_clip_with_one_warning_per_camera(compiled, caplog):
-    want = list(roboreel.loader(_make(compiled)(), batch_size=5, num_workers=2))
+    want = list(roboreel.loader(_make(compiled)(), mix_workers=False, batch_size=5, num_workers=2))
     with caplog.at_level(logging.WARNING, logger=ROUTING_LOG):
-        dl = roboreel.loader(_make(compiled, device="cuda")(), batch_size=5, num_workers=2)
+        dl = roboreel.loader(_make(compiled, device="cuda")(), mix_workers=False, batch_size=5, num_workers=2)
         got = [_on_cpu(b) for b in dl]
     assert_same_batches(got, want)  # decoded on the CPU, moved to the GPU: identical values
     msgs = [r.getMessage() for r in caplog.records if r.name == ROUTING_LOG]
@@ -353,13 +353,13 @@ def test_gpu_dataset_is_not_iterated_in_workers(compiled):
 @needs_cuda
 def test_gpu_resume_through_the_loader(large):
     make = _make(large, device="cuda", epoch=1)
-    full = [_on_cpu(b) for b in roboreel.loader(make(), batch_size=3, num_workers=2)]
-    dl = roboreel.loader(make(), batch_size=3, num_workers=2)
+    full = [_on_cpu(b) for b in roboreel.loader(make(), mix_workers=False, batch_size=3, num_workers=2)]
+    dl = roboreel.loader(make(), mix_workers=False, batch_size=3, num_workers=2)
     it = iter(dl)
     first = [_on_cpu(next(it)) for _ in range(2)]
     state = dl.state_dict()
     del it
-    dl2 = roboreel.loader(make(), batch_size=3, num_workers=2)
+    dl2 = roboreel.loader(make(), mix_workers=False, batch_size=3, num_workers=2)
     dl2.load_state_dict(state)
     rest = [_on_cpu(b) for b in dl2]
     assert [int(i) for b in first + rest for i in b["index"]] == [int(i) for b in full for i in b["index"]]
@@ -382,8 +382,8 @@ def test_gpu_bench_reports_gpu_memory(large):
 def test_cpu_decode_lands_on_the_gpu_bit_identical(large, uint8):
     """decode_device="cpu", device="cuda": CPU decode threads, uint8 channels-last pinned staging, transposed and
     divided by 255 on the GPU; the values are the CPU path's exactly (same decode, same arithmetic)."""
-    want = list(roboreel.loader(_make(large, return_uint8=uint8)(), batch_size=4, num_workers=2))
-    got = [_on_cpu(b) for b in roboreel.loader(_make(large, return_uint8=uint8)(), batch_size=4, num_workers=2,
+    want = list(roboreel.loader(_make(large, return_uint8=uint8)(), mix_workers=False, batch_size=4, num_workers=2))
+    got = [_on_cpu(b) for b in roboreel.loader(_make(large, return_uint8=uint8)(), mix_workers=False, batch_size=4, num_workers=2,
                                                device="cuda")]
     assert_same_batches(got, want)
 

@@ -66,7 +66,7 @@ def _assert_same_frames(got, want):
 def test_pool_batches_equal_the_dataloader_batches(compiled, num_workers, uint8, windows):
     make = _make(compiled, return_uint8=uint8, delta_timestamps=windows)
     want = list(DataLoader(make(), batch_size=5, num_workers=num_workers))
-    got = list(roboreel.loader(make(), batch_size=5, num_workers=num_workers, decode_threads=3, inflight_batches=3))
+    got = list(roboreel.loader(make(), mix_workers=False, batch_size=5, num_workers=num_workers, decode_threads=3, inflight_batches=3))
     assert_same_batches(got, want)
     _assert_same_frames(got, want)
     top = got[0]["observation.images.top"]
@@ -97,7 +97,7 @@ def test_pool_resume_mid_epoch_equals_an_uninterrupted_dataloader_run(compiled, 
     plain = DataLoader(make(), batch_size=4, num_workers=num_workers)
     full = list(plain)
     k = 3
-    dl = roboreel.loader(make(), batch_size=4, num_workers=num_workers, decode_threads=2, prefetch_batches=3)
+    dl = roboreel.loader(make(), mix_workers=False, batch_size=4, num_workers=num_workers, decode_threads=2, prefetch_batches=3)
     it = iter(dl)
     first = [next(it) for _ in range(k)]
     state = json.loads(json.dumps(dl.state_dict()))
@@ -105,7 +105,7 @@ def test_pool_resume_mid_epoch_equals_an_uninterrupted_dataloader_run(compiled, 
     assert state == {**ds_state.state_dict(batches=k, loader=plain), "stream": state["stream"]}  # the same state
     del it  # batches decoded ahead but not returned must not be skipped
     dl.close()
-    dl2 = roboreel.loader(make(), batch_size=4, num_workers=num_workers, decode_threads=2)
+    dl2 = roboreel.loader(make(), mix_workers=False, batch_size=4, num_workers=num_workers, decode_threads=2)
     dl2.load_state_dict(state)
     rest = list(dl2)
     assert_same_batches(first + rest, full)
@@ -122,7 +122,7 @@ def test_batch_buffers_are_reused_only_once_the_loop_let_go(compiled, uint8):
     reused arrays, and batches it keeps are never written again, across two epochs."""
     make = _make(compiled, return_uint8=uint8, delta_timestamps=WINDOWS)
     ds = make()
-    dl = roboreel.loader(ds, batch_size=4, num_workers=0, decode_threads=2)
+    dl = roboreel.loader(ds, mix_workers=False, batch_size=4, num_workers=0, decode_threads=2)
     for epoch in (1, 2):
         ds.set_epoch(epoch)
         ref = make()
@@ -146,7 +146,7 @@ def test_every_camera_gets_its_batch_arrays_back_in_steady_state(compiled):
     ds = _make(compiled, return_uint8=True)()
     cameras = len(ds.camera_keys)
     assert cameras > 1
-    dl = roboreel.loader(ds, batch_size=4, num_workers=2, prefetch_batches=1)
+    dl = roboreel.loader(ds, mix_workers=False, batch_size=4, num_workers=2, prefetch_batches=1)
     taken = 0
     for epoch in (1, 2):
         dl.set_epoch(epoch)
@@ -305,7 +305,7 @@ def test_dropping_a_loader_with_persistent_workers_stops_them_at_once(compiled):
     import weakref
 
     ds = _make(compiled)()
-    dl = roboreel.loader(ds, batch_size=4, num_workers=2, persistent_workers=True, decode_threads=2)
+    dl = roboreel.loader(ds, mix_workers=False, batch_size=4, num_workers=2, persistent_workers=True, decode_threads=2)
     for epoch in (1, 2):
         ds.set_epoch(epoch)
         assert sum(b["index"].numel() for b in dl) == len(ds)

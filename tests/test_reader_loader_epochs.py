@@ -57,7 +57,7 @@ def test_workers_persist_by_default_and_every_set_epoch_reaches_them(compiled):
     """Epochs out of order (1, 5, 5 again, 2): persistent workers' copies would otherwise count epochs on their
     own (1, 2, 3, 4); each epoch equals a fresh-worker run of it and the workers are the same processes."""
     ds = _ds(compiled)
-    dl = roboreel.loader(ds, batch_size=4, num_workers=2, decode_threads=2)
+    dl = roboreel.loader(ds, mix_workers=False, batch_size=4, num_workers=2, decode_threads=2)
     assert dl.dataloader.persistent_workers
     pids = None
     for epoch in (1, 5, 5, 2):
@@ -75,7 +75,7 @@ def test_three_epochs_equal_with_and_without_persistent_workers(compiled):
     got = {}
     for persistent in (True, False):
         ds = _ds(compiled)
-        dl = roboreel.loader(ds, batch_size=4, num_workers=2, decode_threads=2, persistent_workers=persistent)
+        dl = roboreel.loader(ds, mix_workers=False, batch_size=4, num_workers=2, decode_threads=2, persistent_workers=persistent)
         got[persistent] = []
         for epoch in range(3):
             dl.set_epoch(epoch)
@@ -90,7 +90,7 @@ def test_three_epochs_equal_with_and_without_persistent_workers(compiled):
 def test_iterating_again_without_set_epoch_reads_the_next_epoch(compiled, persistent):
     """As iterating the dataset in one process does; ``state_dict`` names the epoch the workers read."""
     ds = _ds(compiled)
-    dl = roboreel.loader(ds, batch_size=4, num_workers=2, decode_threads=2, persistent_workers=persistent)
+    dl = roboreel.loader(ds, mix_workers=False, batch_size=4, num_workers=2, decode_threads=2, persistent_workers=persistent)
     dl.set_epoch(3)
     for epoch in (3, 4, 5):
         it = iter(dl)
@@ -104,7 +104,7 @@ def test_resume_mid_epoch_in_epoch_two_with_a_fresh_loader_and_with_the_live_one
     same loader, whose persistent workers were already in epoch 2, each continue epoch 2 and read epoch 3 whole."""
     want2, want3 = _want(compiled, 2), _want(compiled, 3)
     ds = _ds(compiled)
-    dl = roboreel.loader(ds, batch_size=4, num_workers=2, decode_threads=2, prefetch_batches=3)
+    dl = roboreel.loader(ds, mix_workers=False, batch_size=4, num_workers=2, decode_threads=2, prefetch_batches=3)
     for epoch in (0, 1):
         dl.set_epoch(epoch)
         assert sum(1 for _ in dl) == len(dl)
@@ -116,7 +116,7 @@ def test_resume_mid_epoch_in_epoch_two_with_a_fresh_loader_and_with_the_live_one
     del it  # batches decoded ahead of the loop are not counted: none is skipped on resume
     pids = _pids(dl)
 
-    fresh = roboreel.loader(_ds(compiled), batch_size=4, num_workers=2, decode_threads=2)
+    fresh = roboreel.loader(_ds(compiled), mix_workers=False, batch_size=4, num_workers=2, decode_threads=2)
     fresh.load_state_dict(state)
     rest = list(fresh)
     _assert_same(first + rest, want2)
@@ -152,7 +152,7 @@ def test_plain_dataloader_with_persistent_workers_follows_set_epoch_and_resume(c
 
 def test_close_stops_persistent_workers_and_a_later_iteration_starts_new_ones(compiled):
     ds = _ds(compiled)
-    dl = roboreel.loader(ds, batch_size=4, num_workers=2, decode_threads=2)
+    dl = roboreel.loader(ds, mix_workers=False, batch_size=4, num_workers=2, decode_threads=2)
     dl.set_epoch(0)
     it = iter(dl)
     next(it)
@@ -183,33 +183,33 @@ def test_a_state_saved_before_the_first_batch_of_an_epoch_resumes_that_epoch_who
     epoch's batch count under the new epoch (workers: the resumed epoch came out empty) or batch 0 of a loaded
     mid-epoch state (its first batches came out twice)."""
     want1, want2 = _want(compiled, 1, num_workers=num_workers), _want(compiled, 2, num_workers=num_workers)
-    dl = roboreel.loader(_ds(compiled), batch_size=4, num_workers=num_workers, decode_threads=2)
+    dl = roboreel.loader(_ds(compiled), mix_workers=False, batch_size=4, num_workers=num_workers, decode_threads=2)
     dl.set_epoch(1)
     assert sum(1 for _ in dl) == len(want1)
     dl.set_epoch(2)
     state = json.loads(json.dumps(dl.state_dict()))
     assert (state["epoch"], state["batches"]) == (2, 0)
     dl.close()
-    fresh = roboreel.loader(_ds(compiled), batch_size=4, num_workers=num_workers, decode_threads=2)
+    fresh = roboreel.loader(_ds(compiled), mix_workers=False, batch_size=4, num_workers=num_workers, decode_threads=2)
     fresh.load_state_dict(state)
     fresh.set_epoch(2)
     _assert_same(list(fresh), want2)
     fresh.close()
 
-    dl = roboreel.loader(_ds(compiled), batch_size=4, num_workers=num_workers, decode_threads=2)
+    dl = roboreel.loader(_ds(compiled), mix_workers=False, batch_size=4, num_workers=num_workers, decode_threads=2)
     dl.set_epoch(1)
     it = iter(dl)
     head = [next(it) for _ in range(3)]
     mid = json.loads(json.dumps(dl.state_dict()))
     del it
     dl.close()
-    dl = roboreel.loader(_ds(compiled), batch_size=4, num_workers=num_workers, decode_threads=2)
+    dl = roboreel.loader(_ds(compiled), mix_workers=False, batch_size=4, num_workers=num_workers, decode_threads=2)
     dl.load_state_dict(mid)
     dl.set_epoch(1)  # the loop's usual set_epoch at the resumed epoch keeps the resume point
     saved = json.loads(json.dumps(dl.state_dict()))
     assert (saved["epoch"], saved["batches"]) == (1, 3)
     dl.close()
-    again = roboreel.loader(_ds(compiled), batch_size=4, num_workers=num_workers, decode_threads=2)
+    again = roboreel.loader(_ds(compiled), mix_workers=False, batch_size=4, num_workers=num_workers, decode_threads=2)
     again.load_state_dict(saved)
     _assert_same(head + list(again), want1)
     again.close()
@@ -218,7 +218,7 @@ def test_a_state_saved_before_the_first_batch_of_an_epoch_resumes_that_epoch_who
 def test_a_state_from_another_batch_size_or_drop_last_is_refused(compiled):
     """The loader counts batches on from the saved count: with another batch size, a state saved after the
     resume put the stream at the wrong sample (samples skipped on the next resume), with no error."""
-    dl = roboreel.loader(_ds(compiled), batch_size=4, num_workers=0, decode_threads=2)
+    dl = roboreel.loader(_ds(compiled), mix_workers=False, batch_size=4, num_workers=0, decode_threads=2)
     dl.set_epoch(1)
     it = iter(dl)
     for _ in range(3):
@@ -227,7 +227,7 @@ def test_a_state_from_another_batch_size_or_drop_last_is_refused(compiled):
     del it
     dl.close()
     for kw, name in (({"batch_size": 8}, "batch_size=4"), ({"batch_size": 4, "drop_last": True}, "drop_last=False")):
-        other = roboreel.loader(_ds(compiled), num_workers=0, decode_threads=2, **kw)
+        other = roboreel.loader(_ds(compiled), mix_workers=False, num_workers=0, decode_threads=2, **kw)
         with pytest.raises(ValueError, match=name):
             other.load_state_dict(state)
         other.close()

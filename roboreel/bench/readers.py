@@ -14,6 +14,8 @@
   keeping them is worth.
 - ``loader_random``: ``loader_readme`` with ``DecodeOptions(frame_order="random")``: frames leave the pool one by one
   at random instead of in GOP runs (independent neighbours, more decoding a sample)
+- ``loader_unmixed``: ``loader_readme`` with ``mix_workers=False``: every batch from one worker's pool, as
+  ``DataLoader(dataset, batch_size=...)`` batches (the README's call mixes every worker's share into each batch)
 - ``largest`` / ``largest_loader``: ``compiled`` / ``loader`` over the largest member of a mixture alone
   (``compiled`` given as ``a,b,...``), the yardstick of a mixture's throughput (reader/mixture.py).
 - ``reference``: roboreel's map-style reader over the *source* (random sampler, batched ``__getitems__``,
@@ -36,13 +38,14 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 Reader = Literal["compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork",
-                 "loader_random", "largest", "largest_loader", "reference", "lerobot"]
+                 "loader_random", "loader_unmixed", "largest", "largest_loader", "reference", "lerobot"]
 Mode = Literal["single", "sarm"]
 READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork",
-                            "loader_random", "largest", "largest_loader", "reference", "lerobot")
+                            "loader_random", "loader_unmixed", "largest", "largest_loader", "reference", "lerobot")
 SOURCE_READERS = ("reference", "lerobot")  # read the LeRobot source, not the compiled dataset
-# roboreel.loader called as the README does (runner.py); loader_random at DecodeOptions(frame_order="random")
-README_READERS = ("loader_readme", "loader_refork", "loader_random")
+# roboreel.loader called as the README does (runner.py); loader_random at DecodeOptions(frame_order="random"),
+# loader_unmixed with mix_workers=False
+README_READERS = ("loader_readme", "loader_refork", "loader_random", "loader_unmixed")
 MODES: tuple[str, ...] = ("single", "sarm")
 LATENCY_KEY = "__bench_latency_s"
 

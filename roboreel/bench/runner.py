@@ -110,7 +110,9 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
         import roboreel
 
         # The README's call as written: every other knob at its default (the refork variant: the old default)
-        extra = {"persistent_workers": False} if reader == "loader_refork" and cfg.num_workers > 0 else {}
+        extra: dict[str, Any] = {"persistent_workers": False} if reader == "loader_refork" and cfg.num_workers > 0 else {}
+        if reader == "loader_unmixed":
+            extra["mix_workers"] = False
         loader: Any = roboreel.loader(built.compiled, batch_size=cfg.batch_size, num_workers=cfg.num_workers, **extra)
     elif staged:
         from roboreel.reader.loader import DeviceLoader

@@ -94,6 +94,12 @@ class DeviceLoader:
             channels-last strides (``torch.channels_last`` for 4-D), as convolutions on a GPU prefer. On the CPU this
             skips the deinterleave into [C, H, W] memory (~0.04 ms of a 480x640 frame with OpenCV, ~0.25 ms
             without it). Off by default: code that calls ``.view()`` on a frame needs contiguous memory.
+        mix_workers: every batch takes ``batch_size / num_workers`` samples from each worker's pool, so it mixes
+            the episodes of all workers, not of one (decode/mixing.py): the DataLoader batches that many and
+            ``num_workers`` consecutive batches are merged before decoding. None (default): wherever it can
+            (``num_workers > 1``, ``batch_size`` divisible by it, no ``drop_last``); True: required (ValueError
+            where it cannot); False: batches as ``DataLoader(dataset, batch_size=...)`` makes them, one worker's
+            each. A state saved with mixing resumes only with mixing.
         **dataloader_kwargs: passed to the DataLoader (``prefetch_factor``, ``persistent_workers``,
             ``pin_memory``, ``drop_last``, ``multiprocessing_context``, ...); not ``collate_fn``/samplers.
             ``persistent_workers`` defaults to True when ``num_workers > 0``: workers live across epochs, and
@@ -115,6 +121,7 @@ class DeviceLoader:
         max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS,
         device: str | torch.device | None = None,
         channels_last: bool = False,
+        mix_workers: bool | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
         if not isinstance(dataset, CompiledDataset | MixtureDataset):
@@ -137,6 +144,7 @@ class DeviceLoader:
                              "in order")
         if not isinstance(channels_last, bool):
             raise ValueError(f"channels_last must be True or False, got {channels_last!r}")
+        self.mix = _mix(mix_workers, batch_size, num_workers, bool(dataloader_kwargs.get("drop_last", False)))
         self.dataset, self.channels_last = dataset, channels_last
         self.prefetch_batches, self.max_gpu_decoders = prefetch_batches, max_gpu_decoders
         self.decode_threads, self.inflight_batches = decode_threads, inflight_batches
@@ -148,8 +156,9 @@ class DeviceLoader:
         if self.device is not None and dataset.decode_device != "cpu" and self.device.type != "cuda":
             raise ValueError(f"device={str(self.device)!r}: a dataset decoding on {dataset.decode_device} delivers "
                              "batches on that GPU (leave device unset)")
-        self.dataloader = DataLoader(_PendingStream(dataset), batch_size=batch_size, num_workers=num_workers,
-                                     collate_fn=collate_pending, **dataloader_kwargs)
+        self.batch_size = batch_size
+        self.dataloader = DataLoader(_PendingStream(dataset), batch_size=batch_size // self.mix,
+                                     num_workers=num_workers, collate_fn=collate_pending, **dataloader_kwargs)
         self.last_batch_seconds: float | None = None
         self._batches = 0
         self._resume: tuple[int, int] | None = None
@@ -211,7 +220,12 @@ class DeviceLoader:
                            _CLOSE_WAIT_S)
 
     def __len__(self) -> int:
-        """Batches in the current epoch (all workers; each batches its own samples, as a DataLoader does)."""
+        """Batches in the current epoch (all workers; each batches its own samples, as a DataLoader does; with
+        ``mix_workers``, ``num_workers`` of those to a batch)."""
+        return -(-self._dataloader_batches() // self.mix)
+
+    def _dataloader_batches(self) -> int:
+        """The DataLoader's batches in the current epoch."""
         dl = self.dataloader
         per_worker = self.dataset.worker_samples(max(1, dl.num_workers))
         return sum(worker_batches(n, dl.batch_size, dl.drop_last) for n in per_worker)
@@ -229,7 +243,8 @@ class DeviceLoader:
     def state_dict(self) -> dict[str, Any]:
         """What a trainer saves: the dataset's position after the batches this loader has *returned* this epoch
         (batches decoded ahead but not yet returned are not counted, so none is skipped on resume)."""
-        return self.dataset.state_dict(batches=self._batches, loader=self.dataloader)
+        batches = self._batches if self.mix == 1 else min(self._batches * self.mix, self._dataloader_batches())
+        return self.dataset.state_dict(batches=batches, loader=self.dataloader)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state_dict()``: the next iteration of the saved epoch continues at the next batch."""
@@ -245,7 +260,7 @@ class DeviceLoader:
             raise ValueError(f"the state was saved by a loader with {', '.join(differ)}: resume with the same "
                              "batch_size and drop_last")
         self.dataset.load_state_dict(state)
-        self._resume = (int(state["epoch"]), int(state["batches"]))
+        self._resume = (int(state["epoch"]), -(-int(state["batches"]) // self.mix))  # in this loader's batches
         self._batches = self._resume[1]  # saved again before iterating, the state is the loaded one, not batch 0
 
     # -- observability ---------------------------------------------------------------------------------
@@ -257,6 +272,22 @@ class DeviceLoader:
         lengths = getattr(self.dataset, "episode_lengths", None)
         order = self._order.summary(lengths() if lengths else None, fps=getattr(self.dataset, "fps", None))
         return {**self.dataset.stats(), **self._totals, **self._routes, "order": order}
+
+
+def _mix(mix_workers: bool | None, batch_size: int, num_workers: int, drop_last: bool) -> int:
+    """DataLoader batches merged into one (decode/mixing.py): ``num_workers`` where ``mix_workers`` allows and the
+    batch divides among the workers, else 1."""
+    if mix_workers is not None and not isinstance(mix_workers, bool):
+        raise ValueError(f"mix_workers must be None, True or False, got {mix_workers!r}")
+    if mix_workers is False or num_workers <= 1:
+        return 1
+    if batch_size % num_workers or drop_last:
+        if mix_workers is None:
+            return 1
+        raise ValueError(f"mix_workers=True takes batch_size / num_workers samples from each worker: it needs a "
+                         f"batch_size divisible by num_workers (got {batch_size} and {num_workers}) and "
+                         f"drop_last=False")
+    return num_workers
 
 
 def loader(dataset: CompiledDataset, *, batch_size: int, num_workers: int = 0, prefetch_batches: int = 2,

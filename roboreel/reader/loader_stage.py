@@ -23,6 +23,7 @@ from roboreel.reader.decode.deferred import PendingBatch
 from roboreel.reader.decode.gpu import DeviceDecoders
 from roboreel.reader.decode.heap import DECODE_CALL_BYTES, trim_heap
 from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
+from roboreel.reader.decode.mixing import grouped
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.decode.stage import BatchJob, DecodePool
@@ -44,6 +45,7 @@ class StageOwner(Protocol):
     _totals: dict[str, Any]
     _routes: dict[str, Any]
     _order: OrderMeter
+    mix: int  # consecutive DataLoader batches merged into one (decode/mixing.py); 1: none
 
 
 class DecodeStage:
@@ -125,7 +127,7 @@ class DecodeStage:
             return batch, job.pending.produce_seconds + (now - job.submitted_at)
 
         try:
-            for pending in self.source:
+            for pending in grouped(self.source, owner.mix):
                 while inflight and inflight[0].done():  # hand over what is ready before waiting on workers
                     yield finish()
                 t0 = time.perf_counter()

@@ -57,7 +57,7 @@ def world_of(ds: Any) -> dict[str, Any]:
 
 def full(args: argparse.Namespace, workers: int, out: Path) -> dict[str, Any]:
     ds = dataset(args.data, args)
-    dl = roboreel.loader(ds, batch_size=args.batch_size, num_workers=workers, decode_threads=1)
+    dl = roboreel.loader(ds, mix_workers=False, batch_size=args.batch_size, num_workers=workers, decode_threads=1)
     dl.set_epoch(args.epoch)
     length = len(dl)
     batches, reduced = [], []
@@ -67,7 +67,7 @@ def full(args: argparse.Namespace, workers: int, out: Path) -> dict[str, Any]:
     dl.close()
     # the same stream again, stopped after k batches as a killed job would be; the state saved as a trainer would
     ds2 = dataset(args.data, args)
-    dl2 = roboreel.loader(ds2, batch_size=args.batch_size, num_workers=workers, decode_threads=1)
+    dl2 = roboreel.loader(ds2, mix_workers=False, batch_size=args.batch_size, num_workers=workers, decode_threads=1)
     dl2.set_epoch(args.epoch)
     it = iter(dl2)
     first = []
@@ -86,7 +86,7 @@ def resume(args: argparse.Namespace, workers: int, out: Path) -> dict[str, Any]:
     rank = dist.get_rank() if args.state_rank is None else args.state_rank
     state = json.loads((Path(args.states) / f"state-w{workers}-rank{rank}.json").read_text())
     ds = dataset(args.data, args)
-    dl = roboreel.loader(ds, batch_size=args.batch_size, num_workers=workers, decode_threads=1)
+    dl = roboreel.loader(ds, mix_workers=False, batch_size=args.batch_size, num_workers=workers, decode_threads=1)
     dl.load_state_dict(state)
     dl.set_epoch(args.epoch)  # a trainer's loop sets the epoch it resumes: the loaded position is kept
     rest = []

@@ -64,8 +64,10 @@ class StageLoader:
             kwargs.update(prefetch_factor=data_loader.prefetch_factor,
                           persistent_workers=data_loader.persistent_workers,
                           multiprocessing_context=data_loader.multiprocessing_context)
+        # mix_workers=False: the batches of the DataLoader lerobot-train made (--roboreel.loader=dataloader gives
+        # the same ones, and a checkpoint of either resumes the other)
         inner = loader(dataset, batch_size=data_loader.batch_size, num_workers=data_loader.num_workers,
-                       decode_threads=decode_threads, device=device, **kwargs)
+                       decode_threads=decode_threads, device=device, mix_workers=False, **kwargs)
         pending = dataset.state_dict()  # before any iteration: the resume state loaded into it, if any
         if "batches" in pending:
             inner.load_state_dict(pending)
