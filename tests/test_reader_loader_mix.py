@@ -80,6 +80,8 @@ def test_a_mixed_loader_resumes_mid_epoch_exactly(compiled, k):
     again = roboreel.loader(_ds(compiled), batch_size=B, num_workers=W, mix_workers=True)
     again.load_state_dict(state)
     assert_same_batches(before + _epoch(again), whole)
+    with pytest.raises(ValueError, match="mix_workers"):  # its batches count DataLoader batches of B / W
+        roboreel.loader(_ds(compiled), batch_size=B, num_workers=W, mix_workers=False).load_state_dict(state)
 
 
 def test_mix_workers_needs_a_batch_each_worker_can_fill_and_is_the_default_where_it_can(compiled):

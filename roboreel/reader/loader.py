@@ -156,7 +156,7 @@ class DeviceLoader:
         if self.device is not None and dataset.decode_device != "cpu" and self.device.type != "cuda":
             raise ValueError(f"device={str(self.device)!r}: a dataset decoding on {dataset.decode_device} delivers "
                              "batches on that GPU (leave device unset)")
-        self.batch_size = batch_size
+        self.batch_size = batch_size  # what a batch holds; the DataLoader's hold batch_size / mix
         self.dataloader = DataLoader(_PendingStream(dataset), batch_size=batch_size // self.mix,
                                      num_workers=num_workers, collate_fn=collate_pending, **dataloader_kwargs)
         self.last_batch_seconds: float | None = None
@@ -257,8 +257,9 @@ class DeviceLoader:
         if differ:
             # The state counts batches of the saved size: this loader would count its own on from there, and a
             # state saved later would put the stream at the wrong sample (samples skipped or read twice).
-            raise ValueError(f"the state was saved by a loader with {', '.join(differ)}: resume with the same "
-                             "batch_size and drop_last")
+            # with mix_workers a state counts DataLoader batches of batch_size / num_workers
+            raise ValueError(f"the state was saved by a loader with DataLoader batches of {', '.join(differ)}: "
+                             "resume with the same batch_size, drop_last and mix_workers")
         self.dataset.load_state_dict(state)
         self._resume = (int(state["epoch"]), -(-int(state["batches"]) // self.mix))  # in this loader's batches
         self._batches = self._resume[1]  # saved again before iterating, the state is the loaded one, not batch 0

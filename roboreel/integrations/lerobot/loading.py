@@ -79,7 +79,7 @@ class StageLoader:
 
     @property
     def batch_size(self) -> int:
-        return self.loader.dataloader.batch_size
+        return self.loader.batch_size  # the batches it returns (its DataLoader's are smaller when it mixes workers)
 
     def __len__(self) -> int:
         return len(self.loader)
