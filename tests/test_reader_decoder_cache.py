@@ -16,6 +16,7 @@ from roboreel.reader.decode.idle_policy import AUTO_BUDGET_BYTES, IdlePolicy
 from roboreel.reader.decode.requests import Clip
 from roboreel.reader.fetch.source import SliceReader, Store
 from roboreel.reader.plan.epoch import Slice
+from roboreel.reader.plan.shuffled import MAX_RUNS
 
 DECODER_64 = decoder_bytes(64, 64)  # the fixtures' clips are 64x64
 
@@ -173,9 +174,11 @@ def test_automatic_mode_parks_from_the_second_epoch_exactly_what_it_estimated(sm
     """The default (automatic) in one process: epoch 0 opens and closes every clip x lane, epoch 1 opens them again
     and parks them, epoch 2 takes them back; every sample equals the one read with the cache off. What is parked
     is every clip x lane, and its bytes by the cache's own accounting are the policy's estimate."""
-    ds = CompiledDataset(str(small_compiled), delta_timestamps=WINDOWS, episode_pool_size=2)
+    # one run per episode at a time (frame_order="segments"): a clip's lanes are its window's alone
+    ds = CompiledDataset(str(small_compiled), delta_timestamps=WINDOWS, episode_pool_size=2,
+                         decode=DecodeOptions(frame_order="segments"))
     ref = CompiledDataset(str(small_compiled), delta_timestamps=WINDOWS, episode_pool_size=2,
-                          decode=DecodeOptions(idle_decoders_mb=0))
+                          decode=DecodeOptions(idle_decoders_mb=0, frame_order="segments"))
     assert ds.idle_decoder_bytes is None and ds.decode_options.idle_decoders_mb is None
     want, want_opens = _epochs(ref, 3)
     got, opens = _epochs(ds, 3)
@@ -194,9 +197,11 @@ def test_automatic_mode_parks_from_the_second_epoch_exactly_what_it_estimated(sm
 def test_a_dataset_above_the_automatic_budget_gets_no_cache(small_compiled):
     """A dataset whose clips x lanes do not all fit the budget parks none (a fraction would slow the creep in
     proportion only, at full price): it opens every clip every epoch. At exactly the budget it fits."""
-    ds = CompiledDataset(str(small_compiled))
+    ds = CompiledDataset(str(small_compiled), decode=DecodeOptions(frame_order="segments"))  # one lane a clip
     need = ds.idle_policy.need()
     clips = len(ds.manifest.episodes) * len(ds.camera_keys)
+    shuffled = CompiledDataset(str(small_compiled)).idle_policy.need()  # the default order: up to MAX_RUNS lanes
+    assert shuffled > MAX_RUNS * clips * DECODER_64
     assert clips * DECODER_64 < need < clips * (DECODER_64 + (64 << 10))  # decoders + the clips' own bytes
     decoders = clips * DECODER_64
     assert ds.idle_policy.need(budget=decoders - 1) == decoders  # known above it: no episode detail read

@@ -14,6 +14,8 @@
   keeping them is worth.
 - ``loader_random``: ``loader_readme`` with ``DecodeOptions(frame_order="random")``: frames leave the pool one by one
   at random instead of in GOP runs (independent neighbours, more decoding a sample)
+- ``loader_segments``: ``loader_readme`` with ``DecodeOptions(frame_order="segments")``: one GOP run per pooled
+  episode at a time, the fastest order, whose batches hold runs of neighbouring frames
 - ``loader_unmixed``: ``loader_readme`` with ``mix_workers=False``: every batch from one worker's pool, as
   ``DataLoader(dataset, batch_size=...)`` batches (the README's call mixes every worker's share into each batch)
 - ``largest`` / ``largest_loader``: ``compiled`` / ``loader`` over the largest member of a mixture alone
@@ -38,14 +40,16 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 Reader = Literal["compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork",
-                 "loader_random", "loader_unmixed", "largest", "largest_loader", "reference", "lerobot"]
+                 "loader_random", "loader_segments", "loader_unmixed", "largest", "largest_loader", "reference",
+                 "lerobot"]
 Mode = Literal["single", "sarm"]
 READERS: tuple[str, ...] = ("compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork",
-                            "loader_random", "loader_unmixed", "largest", "largest_loader", "reference", "lerobot")
+                            "loader_random", "loader_segments", "loader_unmixed", "largest", "largest_loader",
+                            "reference", "lerobot")
 SOURCE_READERS = ("reference", "lerobot")  # read the LeRobot source, not the compiled dataset
-# roboreel.loader called as the README does (runner.py); loader_random at DecodeOptions(frame_order="random"),
+# roboreel.loader called as the README does (runner.py); loader_random / loader_segments at those frame orders,
 # loader_unmixed with mix_workers=False
-README_READERS = ("loader_readme", "loader_refork", "loader_random", "loader_unmixed")
+README_READERS = ("loader_readme", "loader_refork", "loader_random", "loader_segments", "loader_unmixed")
 MODES: tuple[str, ...] = ("single", "sarm")
 LATENCY_KEY = "__bench_latency_s"
 
@@ -163,7 +167,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, episode_pool_si
         from roboreel.reader import CompiledDataset
         from roboreel.reader.options import DecodeOptions, StreamOptions
 
-        order = "random" if reader == "loader_random" else "segments"  # every frame independent, or GOP runs
+        order = {"loader_random": "random", "loader_segments": "segments"}.get(reader, "shuffled")
         kwargs: dict[str, Any] = {"delta_timestamps": dts, "seed": seed,
                                   "decode": DecodeOptions(device=decode_device, frame_order=order),
                                   "stream": StreamOptions(storage_options=storage_options), "return_uint8": return_uint8}

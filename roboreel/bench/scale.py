@@ -153,7 +153,7 @@ def measure(root: str, batch_size: int, num_workers: int) -> dict[str, Any]:
     slices = consumer_slices(ds.manifest, World(0, 1, 0, num_workers), seed=0, epoch=0, shuffle=True,
                              sel=ds.selection)
     order, sizes, starts, stops = stream_arrays(slices, ds.manifest.lengths)
-    schedule = PoolSchedule(order, sizes, ranges=np.stack([starts, stops], axis=1), pool_size=16, shuffle=True,
+    schedule = PoolSchedule(order, sizes, ranges=np.stack([starts, stops], axis=1), pool_size=32, shuffle=True,
                             seed=0, epoch=0, rank=0, worker=0)
     ds.manifest.index.shard_entries(slices[0].shard)
     plan_s = time.perf_counter() - t0

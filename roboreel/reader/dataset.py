@@ -41,6 +41,7 @@ from roboreel.reader.fetch.source import Store, retrying
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.mixture import MIXTURE_ONLY, build_mixture
 from roboreel.reader.options import DecodeOptions, StreamOptions, resolve_options
+from roboreel.reader.order import near_offsets
 from roboreel.reader.plan.episode_cache import EpisodeCache, auto_budget
 from roboreel.reader.plan.epoch import (
     Selection,
@@ -57,14 +58,14 @@ from roboreel.reader.plan.epoch import (
     worker_quotas,
 )
 from roboreel.reader.plan.frames import frame_offsets
-from roboreel.reader.plan.pool import PoolSchedule
+from roboreel.reader.plan.shuffled import DEFAULT_SPREAD, MAX_RUNS, make_schedule
 from roboreel.reader.plan.windows import delta_offsets
 from roboreel.reader.random_access import RandomAccess
 from roboreel.reader.stats import SharedCounters
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_POOL_SIZE = 16
+DEFAULT_POOL_SIZE = 32
 _FLAG_UNEVEN = 0
 MAX_KEEP = 32
 
@@ -88,7 +89,7 @@ class CompiledDataset(EpochState, IterableDataset):
             ``*_delta_indices``); a mixture applies them at each member's own fps. Not with ``delta_timestamps``.
         remap, pad, normalize: a mixture's canonical keys (docs/mixtures.md; reader/canonical.py).
         episodes: only these episode indices (default: all).
-        episode_pool_size: whole episodes each consumer keeps (compressed) and draws frames across. Default 16.
+        episode_pool_size: whole episodes each consumer keeps (compressed) and draws frames across. Default 32.
         seed: base of every random decision. Order is a pure function of (seed, epoch, rank, worker).
         shuffle: False reads in file order (episodes in order, frames in order).
         image_transforms: callable applied to every camera tensor.
@@ -184,6 +185,7 @@ class CompiledDataset(EpochState, IterableDataset):
         self.episode_pool_size, self.seed, self.shuffle = episode_pool_size, int(seed), bool(shuffle)
         self.decode_device, self.image_transforms, self.return_uint8 = decode_device, image_transforms, return_uint8
         self.tolerance_s, self.frame_order = decode.tolerance_s, decode.frame_order
+        self.spread = decode.spread or batch_size or DEFAULT_SPREAD  # plan/shuffled.py
         self.rank, self.world_size = rank, world_size
         self.split_options = SplitOptions(equal_steps=equal_steps, batch_size=batch_size)
         self.decode_batch, self.readahead = decode.batch, stream.readahead
@@ -218,7 +220,8 @@ class CompiledDataset(EpochState, IterableDataset):
         self.delta_timestamps = ({k: list(v) for k, v in delta_timestamps.items()} if delta_timestamps else
                                  {k: (o / self.fps).tolist() for k, o in windows.items()}) or None
         self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(
-            idle_bytes_needed, self.manifest, self.episodes, camera_lanes(self.windows, self.camera_keys)))
+            idle_bytes_needed, self.manifest, self.episodes, camera_lanes(
+                self.windows, self.camera_keys, runs=MAX_RUNS if self.frame_order == "shuffled" else 1)))
         # Decoded frames kept per clip of a windowed camera: the window's span, at most MAX_KEEP (memory).
         self.keep_frames = {k: min(MAX_KEEP, int(o.max() - o.min()) + 1) for k, o in self.windows.items()
                             if k in self.camera_keys and len(o) > 1}
@@ -355,10 +358,11 @@ class CompiledDataset(EpochState, IterableDataset):
                 logger.warning(msg)
         lengths = self.manifest.lengths
         order, sizes, starts, stops = stream_arrays(slices, lengths)
-        schedule = PoolSchedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
-                                pool_size=self.episode_pool_size,
-                                shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=world.rank,
-                                worker=world.worker, frame_order=self.frame_order, segment=self.segment)
+        schedule = make_schedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
+                                 pool_size=self.episode_pool_size,
+                                 shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=world.rank,
+                                 worker=world.worker, frame_order=self.frame_order, segment=self.segment,
+                                 spread=self.spread, near=near_offsets(self.fps))
         if skip > schedule.total:
             raise ValueError(f"resume position {skip} is past this worker's {schedule.total} samples")
         schedule.skip(skip)
@@ -370,7 +374,7 @@ class CompiledDataset(EpochState, IterableDataset):
     def _stream_fingerprint(self) -> dict[str, Any]:
         return {
             "seed": self.seed, "shuffle": self.shuffle, "episode_pool_size": self.episode_pool_size,
-            "frame_order": self.frame_order, "segment": self.segment,
+            "frame_order": self.frame_order, "segment": self.segment, "spread": self.spread,
             "episodes": hashlib.sha256(json.dumps(self.episodes).encode()).hexdigest()[:16],
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
             "layout": self.manifest.fingerprint(),

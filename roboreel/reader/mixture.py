@@ -47,6 +47,7 @@ from roboreel.reader.epochs import EpochState
 from roboreel.reader.mixture_meta import MixtureMeta
 from roboreel.reader.mixture_windows import member_windows
 from roboreel.reader.normalize import check_modes
+from roboreel.reader.order import near_offsets
 from roboreel.reader.plan.epoch import (
     World,
     detect_rank,
@@ -56,7 +57,7 @@ from roboreel.reader.plan.epoch import (
     worker_quotas,
 )
 from roboreel.reader.plan.mixture import MixturePlan, member_slices, skip_counts
-from roboreel.reader.plan.pool import PoolSchedule
+from roboreel.reader.plan.shuffled import make_schedule
 from roboreel.reader.stats import SharedCounters
 
 logger = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ class MixtureDataset(EpochState, IterableDataset):
         self.split_options, self.fps = m0.split_options, m0.fps
         self.member_fps = [m.fps for m in self.members]
         self.stream_options, self.decode_options = m0.stream_options, m0.decode_options
-        for name in ("decode_device", "image_transforms", "return_uint8", "tolerance_s", "frame_order",
+        for name in ("decode_device", "image_transforms", "return_uint8", "tolerance_s", "frame_order", "spread",
                      "decode_batch", "decode_cache_bytes", "gpu_decode_cache_bytes", "idle_decoder_bytes"):
             setattr(self, name, getattr(m0, name))
         self.options = opts = canonical or CanonicalOptions()
@@ -340,10 +341,11 @@ class MixtureDataset(EpochState, IterableDataset):
             lo = int(before[i])
             slices = member_slices(self.plan, i, ds.manifest, ds.selection, epoch, lo, lo + int(counts[i]))
             order, sizes, starts, stops = stream_arrays(slices, ds.manifest.lengths)
-            schedule = PoolSchedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
-                                    pool_size=int(self.pool_sizes[i]), shuffle=self.shuffle,
-                                    seed=self.plan.member_seed(i), epoch=epoch, rank=world.rank,
-                                    worker=world.worker, frame_order=self.frame_order, segment=ds.segment)
+            schedule = make_schedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
+                                     pool_size=int(self.pool_sizes[i]), shuffle=self.shuffle,
+                                     seed=self.plan.member_seed(i), epoch=epoch, rank=world.rank,
+                                     worker=world.worker, frame_order=self.frame_order, segment=ds.segment,
+                                     spread=self.spread, near=near_offsets(ds.fps))
             schedule.skip(int(done[i]))
             cm = self.canon.members[i]
             streams.append(MemberStream(ds, schedule, slices, stream=world.consumer, stride=world.consumers,
@@ -378,7 +380,7 @@ class MixtureDataset(EpochState, IterableDataset):
             "mixture": hashlib.sha256(members.encode()).hexdigest()[:16],
             "weights": None if self.plan.weights is None else list(self.plan.weights),
             "samples_per_epoch": self.plan.size, "seed": self.seed, "shuffle": self.shuffle,
-            "pool_sizes": self.pool_sizes.tolist(),
+            "pool_sizes": self.pool_sizes.tolist(), "frame_order": self.frame_order, "spread": self.spread,
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
         }
 

@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "loader_readme = roboreel.loader called exactly as the README's training loop calls it "
                         "(batch_size and num_workers only); loader_refork = loader_readme with "
                         "persistent_workers=False; loader_random = loader_readme with DecodeOptions(frame_order=\"random\") "
-                        "(frames one by one at random, not in GOP runs); loader_unmixed = loader_readme with mix_workers=False "
+                        "(frames one by one at random, not in GOP runs); loader_segments = loader_readme with "
+                        "DecodeOptions(frame_order=\"segments\") (one GOP run per episode at a time: fastest, "
+                        "neighbouring frames in a batch); loader_unmixed = loader_readme with mix_workers=False "
                         "(each batch from one worker, as DataLoader batches); largest = compiled over a mixture's largest member alone; "
                         "largest_loader = loader over that member; reference = roboreel's map-style reader over the "
                         "source; lerobot = LeRobotDataset over the source")

@@ -31,7 +31,6 @@ from roboreel.reader.decode.depth import DepthDecoder, code_table
 from roboreel.reader.decode.heap import in_side_arena
 from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
 from roboreel.reader.decode.requests import (
-    MAX_LANES,
     SEEK_MODES,
     Clip,
     DecodeStats,
@@ -244,10 +243,10 @@ class ClipDecoders:
             self.idle.put(self._idle_key(key), dec, data)
 
     def release(self, clip: Clip) -> None:
-        for lane in range(MAX_LANES):
-            key = (clip.key, lane)
-            self._park(key, self._open.pop(key, None))
-            self._pos.pop(key, None)  # a decoder taken back from the idle cache starts with its position unknown
+        for key in [k for k in self._open if k[0] == clip.key]:  # every lane: window offsets x runs (shuffled.py)
+            self._park(key, self._open.pop(key))
+        for key in [k for k in self._pos if k[0] == clip.key]:
+            self._pos.pop(key)  # a decoder taken back from the idle cache starts with its position unknown
         self._kept.pop(clip.key, None)
         self._drop_run(clip.key)
 

@@ -31,9 +31,11 @@ from roboreel.reader.decode.requests import window_lanes
 AUTO_BUDGET_BYTES = 256 << 20
 
 
-def camera_lanes(windows: Mapping[str, Sequence[float]], camera_keys: Sequence[str]) -> dict[str, int]:
-    """Decoders per clip of each camera: the lanes ``decode.window_lanes`` gives its window (one without one)."""
-    return {k: int(window_lanes(len(windows[k])).max()) + 1 if k in windows else 1 for k in camera_keys}
+def camera_lanes(windows: Mapping[str, Sequence[float]], camera_keys: Sequence[str], *,
+                 runs: int = 1) -> dict[str, int]:
+    """Decoders per clip of each camera: the lanes ``decode.window_lanes`` gives its window (one without one), for
+    each of the ``runs`` a pooled episode may keep open at once (plan/shuffled.py)."""
+    return {k: runs * (int(window_lanes(len(windows[k])).max()) + 1 if k in windows else 1) for k in camera_keys}
 
 
 def idle_bytes_needed(manifest: Manifest, episodes: Sequence[int] | None, lanes: Mapping[str, int], *,

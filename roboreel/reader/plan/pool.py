@@ -28,13 +28,13 @@ from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.shard import EpisodeRecord
 from roboreel.formats.table_features import image_bytes, image_problem
 from roboreel.reader.decode.images import decode_image, decode_images
-from roboreel.reader.decode.requests import Clip, FrameRequest, PendingSample, Rows, window_lanes
+from roboreel.reader.decode.requests import MAX_LANES, Clip, FrameRequest, PendingSample, Rows, window_lanes
 from roboreel.reader.plan.epoch import TAG_FRAMES, TAG_POOL, Slice
 from roboreel.reader.plan.rows import column_array
 from roboreel.reader.plan.windows import window
 
-FrameOrder = Literal["segments", "random"]
-FRAME_ORDERS = ("segments", "random")
+FrameOrder = Literal["shuffled", "segments", "random"]
+FRAME_ORDERS = ("shuffled", "segments", "random")  # "shuffled": plan/shuffled.py
 _DRAWS = 4096
 
 
@@ -78,8 +78,9 @@ class PoolSchedule:
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"episode_pool_size must be >= 1, got {pool_size}")
-        if frame_order not in FRAME_ORDERS:
-            raise ValueError(f"frame_order must be one of {FRAME_ORDERS}, got {frame_order!r}")
+        if frame_order not in FRAME_ORDERS[1:]:
+            raise ValueError(f"frame_order must be one of {FRAME_ORDERS[1:]} here, got {frame_order!r} "
+                             "(\"shuffled\" is plan/shuffled.ShuffledSchedule: make_schedule)")
         # int64 arrays, not lists: a consumer of a million-episode epoch holds 8 bytes a value, not ~36
         self.episodes = np.asarray(episodes, dtype=np.int64)
         self.lengths = np.asarray(lengths, dtype=np.int64)
@@ -98,6 +99,7 @@ class PoolSchedule:
         self.next_admit = 0
         self.emitted = 0
         self.total = int((self.stops - self.starts).sum())
+        self.lane = 0  # decoder lane of the last pick's frame (ShuffledSchedule keeps several runs per episode)
 
     def _fill(self) -> None:
         while len(self._slots) < self.pool_size and self.next_admit < len(self.episodes):
@@ -238,21 +240,26 @@ class LoadedEpisode:
         col, metres = self.columns[key], self.images[key]
         return decode_images([col[i] for i in rows], name=name, metres=metres)
 
-    def pending(self, f: int, *, last: bool, run_end: int | None = None) -> PendingSample:
+    def pending(self, f: int, *, last: bool, run_end: int | None = None, lane: int = 0) -> PendingSample:
         """The pending sample of frame ``f`` (its frames named, nothing decoded). Its values are gathered later,
         with the rest of its batch (``PendingSample.rows``, ``gather``), where every column gathers in one
         indexing; an episode with image features (decoded per sample) or a windowed non-numeric column gathers
         them now (``values``). ``run_end``: see ``PoolSchedule.run_end``; passed on to cameras without a window
-        (decode.ClipDecoders)."""
+        (decode.ClipDecoders). ``lane``: the schedule's run lane (plan/shuffled.py): a run's frames decode on
+        decoders of their own, ``MAX_LANES`` per run for a windowed camera."""
         video: dict[str, FrameRequest] = {}
         pads: dict[str, np.ndarray] = {}  # the windowed cameras' padding masks, handed to ``values``
         for cam, clip in self.clips.items():
             off = self.windows.get(cam)
             if off is None:
-                video[cam] = FrameRequest(clip, np.array([f]), self.timestamps[f:f + 1], False, None, run_end)
+                lanes = np.array([lane]) if lane else None
+                video[cam] = FrameRequest(clip, np.array([f]), self.timestamps[f:f + 1], False, lanes, run_end)
                 continue
             q, pads[f"{cam}_is_pad"] = window(f, 0, self.length, off)
-            video[cam] = FrameRequest(clip, q, self.timestamps[q], len(off) > 1, self.lanes.get(cam))
+            lanes = self.lanes.get(cam)
+            if lane and lanes is not None:
+                lanes = lanes + lane * MAX_LANES
+            video[cam] = FrameRequest(clip, q, self.timestamps[q], len(off) > 1, lanes)
         release = tuple(self.clips.values()) if last else ()
         if self.batched:
             return PendingSample(self.index, f, None, video, release, self.finish, Rows(self, f))
@@ -332,7 +339,8 @@ def pending_samples(
                                           file=loaded.shard, episode=loaded.index)
             live[p] = loaded
             ep = live.get(pos)
-        yield ep.pending(frame, last=last, run_end=schedule.run_end(frame, int(schedule.stops[pos])))
+        yield ep.pending(frame, last=last, run_end=schedule.run_end(frame, int(schedule.stops[pos])),
+                         lane=schedule.lane)
         if last:
             del live[pos]
 
