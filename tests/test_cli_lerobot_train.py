@@ -49,6 +49,7 @@ def test_roboreel_options_are_taken_out_before_lerobot_parses_the_rest():
     assert LoaderOptions.from_argv(rest) == (LoaderOptions(loader="stage", decode_threads=None), rest)
     argv = [rest[0], "--roboreel.loader=dataloader", rest[1], "--roboreel.decode_threads", "3", rest[2]]
     assert LoaderOptions.from_argv(argv) == (LoaderOptions(loader="dataloader", decode_threads=3), rest)
+    assert LoaderOptions.from_argv(["--roboreel.mix_workers=true", *rest]) == (LoaderOptions(mix_workers=True), rest)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -57,6 +58,7 @@ def test_roboreel_options_are_taken_out_before_lerobot_parses_the_rest():
     (["--roboreel.decode_threads=many"], "--roboreel.decode_threads must be an integer >= 1, got 'many'"),
     (["--roboreel.workers=2"], "unknown option --roboreel.workers"),
     (["--roboreel.loader"], "--roboreel.loader needs a value"),
+    (["--roboreel.mix_workers=yes"], "--roboreel.mix_workers must be true or false, got 'yes'"),
 ])
 def test_wrong_roboreel_options_are_refused_by_name(argv, message):
     with pytest.raises(ValueError) as e:

@@ -59,7 +59,7 @@ def _arg_docs(doc: str) -> dict[str, str]:
 # Flags spelled unlike their ``LoaderOptions`` field (``LoaderOptions.from_argv`` reads ``--roboreel.remap`` into
 # ``mixture``), and values the field's type alone would show as VALUE.
 FLAG_NAMES = {"mixture": "remap"}
-METAVARS = {"weights": "W1,W2,...|frames", "mixture": "FILE", "pad": "max"}
+METAVARS = {"weights": "W1,W2,...|frames", "mixture": "FILE", "pad": "max", "mix_workers": "true|false"}
 
 
 def _metavar(hint: object) -> str:

@@ -108,6 +108,21 @@ def test_both_loaders_train_with_two_workers_and_held_out_episodes_on_the_same_b
     assert eval_losses[0] == eval_losses[1]  # same batches, same seed: the same model evaluated on the same data
 
 
+def test_mix_workers_takes_every_workers_share_into_each_batch(lerobot_pair, tmp_path):
+    """--roboreel.mix_workers=true: each batch is one DataLoader batch of BATCH / 2 from each of the 2 workers,
+    joined (roboreel.loader's mix_workers), so it holds both workers' episodes."""
+    _, compiled = lerobot_pair
+    run = run_train(_args(compiled, tmp_path / "out", steps=2, workers=2) + ["--roboreel.mix_workers=true"],
+                    tmp_path / "probe")
+    _ok(run)
+    ds = CompiledDataset(str(compiled), delta_timestamps={"action": [i / FPS for i in range(ACT_CHUNK)]},
+                         return_uint8=True, seed=SEED, batch_size=BATCH)
+    ds.set_epoch(0)
+    halves = [batch_indices(b) for b in itertools.islice(torch.utils.data.DataLoader(
+        ds, batch_size=BATCH // 2, num_workers=2, multiprocessing_context="spawn"), 4)]
+    assert _indices(run) == [halves[0] + halves[1], halves[2] + halves[3]] and _loaders(run) == {STAGE}
+
+
 def _two_ranks(args: list[str], probe):
     """lerobot-train with ``args`` on two accelerate ranks, finished successfully; a failure when accelerate starts
     fewer (these tests are about two ranks: one rank must not pass for two). `accelerate launch --cpu --num_processes 2`

@@ -65,7 +65,8 @@ def patched(options: LoaderOptions | None = None) -> Iterator[None]:
             why_not = stage_unsupported(data_loader)
             if why_not is None:
                 stage = StageLoader.replacing(data_loader, device=self.device if put_on_device else None,
-                                              decode_threads=options.decode_threads)
+                                              decode_threads=options.decode_threads,
+                                              mix_workers=options.mix_workers)
                 self._dataloaders.append(stage)
                 return stage
             logger.warning("roboreel: the decode stage cannot read this DataLoader (%s): its workers decode",

@@ -51,7 +51,7 @@ class StageLoader:
 
     @classmethod
     def replacing(cls, data_loader: torch.utils.data.DataLoader, *, device: torch.device | None,
-                  decode_threads: int | None = None) -> StageLoader:
+                  decode_threads: int | None = None, mix_workers: bool = False) -> StageLoader:
         """The stage loader for lerobot-train's ``DataLoader(CompiledDataset, ...)``: its batch size, workers and
         worker options, batches on ``device`` (None: where they decode, the CPU). A resume position the dataset
         holds (datasets.resume) is handed to the loader, so its ``state_dict()`` counts on from there."""
@@ -64,10 +64,10 @@ class StageLoader:
             kwargs.update(prefetch_factor=data_loader.prefetch_factor,
                           persistent_workers=data_loader.persistent_workers,
                           multiprocessing_context=data_loader.multiprocessing_context)
-        # mix_workers=False: the batches of the DataLoader lerobot-train made (--roboreel.loader=dataloader gives
-        # the same ones, and a checkpoint of either resumes the other)
+        # mix_workers False (default): the batches of the DataLoader lerobot-train made (--roboreel.loader=dataloader
+        # gives the same ones, and a checkpoint of either resumes the other); True: every worker's share in each
         inner = loader(dataset, batch_size=data_loader.batch_size, num_workers=data_loader.num_workers,
-                       decode_threads=decode_threads, device=device, mix_workers=False, **kwargs)
+                       decode_threads=decode_threads, device=device, mix_workers=mix_workers, **kwargs)
         pending = dataset.state_dict()  # before any iteration: the resume state loaded into it, if any
         if "batches" in pending:
             inner.load_state_dict(pending)

@@ -27,6 +27,10 @@ class LoaderOptions:
             (docs/mixtures.md): a list with one ``{old key: new key or null}`` per root, or a mapping with
             ``remap`` (that list), ``pad`` ("max"), ``normalize`` (``{key: mean_std | min_max}``), ``weights``.
         pad: "max" (``--roboreel.pad=max``): 1-D features whose sizes differ between roots are zero-padded.
+        mix_workers: ``--roboreel.mix_workers=true``: the stage takes ``batch_size / num_workers`` samples of each
+            worker into every batch (``roboreel.loader``'s ``mix_workers``; about uniform sampling's episodes per
+            batch instead of one worker's). false: the batches of the DataLoader lerobot-train made, which
+            ``--roboreel.loader=dataloader`` gives too, so a checkpoint of either resumes the other.
     """
 
     loader: Literal["stage", "dataloader"] = "stage"
@@ -34,6 +38,7 @@ class LoaderOptions:
     weights: tuple[float, ...] | str | None = None
     mixture: str | None = None
     pad: str | None = None
+    mix_workers: bool = False
 
     def __post_init__(self) -> None:
         if self.loader not in LOADERS:
@@ -63,11 +68,11 @@ class LoaderOptions:
                 if i >= len(args):
                     raise ValueError(f"{token} needs a value ({token}=VALUE)")
                 value, i = args[i], i + 1
-            if name not in ("loader", "decode_threads", "weights", "remap", "pad"):
+            if name not in ("loader", "decode_threads", "weights", "remap", "pad", "mix_workers"):
                 raise ValueError(f"unknown option {PREFIX}{name}: roboreel's lerobot-train options are "
                                  f"{PREFIX}loader={'|'.join(LOADERS)}, {PREFIX}decode_threads=N, "
-                                 f"{PREFIX}weights=W1,W2,...|frames, {PREFIX}remap=FILE.json|yaml and "
-                                 f"{PREFIX}pad=max")
+                                 f"{PREFIX}weights=W1,W2,...|frames, {PREFIX}remap=FILE.json|yaml, "
+                                 f"{PREFIX}pad=max and {PREFIX}mix_workers=true|false")
             values[name] = value
         threads = values.get("decode_threads")
         if threads is not None:
@@ -86,8 +91,12 @@ class LoaderOptions:
             except ValueError:
                 raise ValueError(f"--roboreel.weights must be numbers separated by commas (one per root of "
                                  f"--dataset.root=a,b), got {values['weights']!r}") from None
+        mix = values.get("mix_workers", "false").lower()
+        if mix not in ("true", "false"):
+            raise ValueError(f"--roboreel.mix_workers must be true or false, got {values['mix_workers']!r}")
         return cls(loader=values.get("loader", "stage"), decode_threads=threads_value,  # type: ignore[arg-type]
-                   weights=weights, mixture=values.get("remap"), pad=values.get("pad")), rest
+                   weights=weights, mixture=values.get("remap"), pad=values.get("pad"),
+                   mix_workers=mix == "true"), rest
 
 
 def read_mixture_file(path: str) -> dict[str, Any]:
