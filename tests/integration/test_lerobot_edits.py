@@ -7,7 +7,9 @@ then holds episodes of both, at offsets the member never had) or copies them fil
 re-encodes the files whose episodes land in different splits and renumbers episodes, rows and tasks;
 ``add_features`` / ``remove_feature`` rewrite every data file (one row group for several episodes) and drop a
 camera's videos; ``modify_tasks`` rewrites tasks.parquet and every row's ``task_index`` in place;
-``streaming_encoding`` encodes each camera while the episode is recorded.
+``streaming_encoding`` encodes each camera while the episode is recorded. The members are H.264 (frames read back
+by their pixel codes), except those merged in LeRobot's default AV1, which roboreel re-encodes: their frames are held
+to the compile's PSNR floor against LeRobot's own decode of the merged AV1.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from lerobot.datasets import dataset_tools as tools  # noqa: E402
 from support.datasets import assert_same_sample  # noqa: E402
 
 from roboreel.compile import CompileSettings, compile_dataset  # noqa: E402
+from roboreel.compile.floorcheck import psnr  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
 from roboreel.synth.content import render_frame  # noqa: E402
 from roboreel.validate import validate  # noqa: E402
@@ -39,14 +42,17 @@ FEATURES = {**{c: {"dtype": "video", "shape": (h, w, 3), "names": ["height", "wi
             "action": {"dtype": "float32", "shape": (2,), "names": None}}
 WINDOWS = {"action": [-0.1, 0.0, 0.1], TOP: [-0.2, 0.0], WRIST: [0.0, 0.1]}
 SETTINGS = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2)
+H264 = RGBEncoderConfig(vcodec="h264", g=2, crf=18)
 
 
-def _record(root: Path, repo: str, lengths: list[int], first_episode: int, **create: object) -> LeRobotDataset:
+def _record(root: Path, repo: str, lengths: list[int], first_episode: int, *,
+            rgb_encoder: RGBEncoderConfig | None = H264, **create: object) -> LeRobotDataset:
     """Episodes of ``lengths`` frames, each frame's pictures coded with (index, episode, camera); data files and
-    the wrist camera's video files rolled over every episode or two."""
+    the wrist camera's video files rolled over every episode or two. ``rgb_encoder`` None: LeRobot's default
+    encoder (libsvtav1, AV1 at CRF 30)."""
     ds = LeRobotDataset.create(repo, fps=10, root=root, features=FEATURES, use_videos=True,
                                data_files_size_in_mb=0.002, video_files_size_in_mb=0.008,
-                               rgb_encoder=RGBEncoderConfig(vcodec="h264", g=2, crf=18), **create)
+                               rgb_encoder=rgb_encoder, **create)
     index = 0
     for e, n in enumerate(lengths, start=first_episode):
         for k in range(n):
@@ -59,17 +65,20 @@ def _record(root: Path, repo: str, lengths: list[int], first_episode: int, **cre
     return LeRobotDataset(repo, root=root)
 
 
-def _assert_compiles_to_lerobots_samples(root: Path, repo: str, out: Path, windows: dict[str, list[float]]) -> int:
-    """Compile ``root``; validate both; every sample of one epoch (file order) equals LeRobot's."""
+def _assert_compiles_to_lerobots_samples(root: Path, repo: str, out: Path, windows: dict[str, list[float]], *,
+                                         min_psnr: float | None = None) -> int:
+    """Compile ``root``; validate both; every sample of one epoch (file order) equals LeRobot's (with
+    ``min_psnr``: uint8 frames, each at least that many dB from LeRobot's decode, instead of equal pixel codes)."""
     # LeRobot's editing tools write a data file as one row group of several episodes: a warning, nothing else
     assert {f.code for f in validate(str(root)).findings} <= {"rowgroup-multi-episode"}
     compile_dataset(str(root), str(out), settings=SETTINGS, workers=1)
     assert validate(str(out), deep=True).findings == []
-    theirs = LeRobotDataset(repo, root=root, delta_timestamps=windows)
-    got = list(CompiledDataset(str(out), shuffle=False, delta_timestamps=windows))
+    uint8 = min_psnr is not None
+    theirs = LeRobotDataset(repo, root=root, delta_timestamps=windows, return_uint8=uint8)
+    got = list(CompiledDataset(str(out), shuffle=False, delta_timestamps=windows, return_uint8=uint8))
     assert len(got) == len(theirs) == theirs.meta.total_frames
     for i, sample in enumerate(got):
-        assert_same_sample(sample, theirs[i], theirs.meta.camera_keys)
+        assert_same_sample(sample, theirs[i], theirs.meta.camera_keys, min_psnr=min_psnr)
     return len(got)
 
 
@@ -139,3 +148,27 @@ def test_tasks_modified_in_place(merged, tmp_path):
 def test_streaming_encoding(tmp_path):
     _record(tmp_path / "src", "local/streamed", [6, 9, 4, 7], 0, streaming_encoding=True)
     assert _assert_compiles_to_lerobots_samples(tmp_path / "src", "local/streamed", tmp_path / "rr", WINDOWS) == 26
+
+
+def test_merged_av1_against_lerobots_decode(tmp_path):
+    """Two members in LeRobot's default AV1, merged by ``merge_datasets`` into concatenated files: roboreel
+    re-encodes every clip to HEVC, and each sample of an epoch (camera and action windows included) equals
+    LeRobot's on the merged source, tabular values exactly, every frame >= the compile's floor (40 dB) in RGB
+    against LeRobot's own decode of the AV1 (torchcodec; the compile measures against PyAV's). The floor can
+    fail: neighbouring frames of these pictures are under 20 dB apart, so a clip shifted by one frame, or an
+    episode cut at a wrong offset of a concatenated file, falls far below it."""
+    a = _record(tmp_path / "a", "local/av1-a", [6, 9, 4], 0, rgb_encoder=None)
+    b = _record(tmp_path / "b", "local/av1-b", [5, 8], 10, rgb_encoder=None)
+    tools.merge_datasets([a, b], "local/av1-merged", output_dir=tmp_path / "merged")
+    src = LeRobotDataset("local/av1-merged", root=tmp_path / "merged", return_uint8=True)
+    episodes = src.meta.episodes
+    assert all(src.meta.features[cam]["info"]["video.codec"] == "av1" for cam in CAMS)
+    key = f"videos/{TOP}"  # b's first clip appended to the file that holds a's clips
+    assert episodes[3][f"{key}/file_index"] == episodes[2][f"{key}/file_index"]
+    assert episodes[3][f"{key}/from_timestamp"] > 0
+    seam = episodes[3]["dataset_from_index"]
+    for cam in CAMS:
+        assert psnr(src[seam - 1][cam].numpy(), src[seam][cam].numpy()) < SETTINGS.min_psnr / 2
+    n = _assert_compiles_to_lerobots_samples(tmp_path / "merged", "local/av1-merged", tmp_path / "rr", WINDOWS,
+                                             min_psnr=SETTINGS.min_psnr)
+    assert n == 6 + 9 + 4 + 5 + 8
