@@ -157,15 +157,21 @@ def test_every_camera_gets_its_batch_arrays_back_in_steady_state(compiled):
     fresh = taken - dl._buffers.reused
     assert fresh == kept  # every array allocated stayed in the pool: none dropped because all were in use
 
-def test_each_clip_is_opened_once_and_released(compiled):
-    """Decoders are reused per clip across batches: a clip (lane 0, single frames) is opened exactly once per
-    worker stream, however many batches read it, and closed when its episode leaves the pool."""
-    ds = _make(compiled)()
-    dl = roboreel.loader(ds, batch_size=3, decode_threads=4, inflight_batches=4)
+@pytest.mark.parametrize("order", ["segments", "shuffled"])
+def test_each_clip_is_opened_once_per_lane_and_released(compiled, order):
+    """Decoders are reused per clip and lane across batches: a clip's lane is opened exactly once per worker
+    stream, however many batches read it, and closed when its episode leaves the pool. ``segments`` reads a clip
+    on lane 0 only; the default order opens one lane per GOP run it keeps open (the plan names them)."""
+    decode = roboreel.DecodeOptions(frame_order=order)
+    lanes = {(p.episode, cam, int(req.lanes[0]) if req.lanes is not None else 0)
+             for p in _make(compiled, decode=decode)().iter_pending() for cam, req in p.video.items()}
+    dl = roboreel.loader(_make(compiled, decode=decode)(), batch_size=3, decode_threads=4, inflight_batches=4)
     batches = list(dl)
     clips = {(int(e), cam) for b in batches for e in b["episode_index"] for cam in CAMERAS}
     st = dl.stats()
-    assert st["decoder_opens"] == len(clips) == 8 * len(CAMERAS)
+    assert len(clips) == 8 * len(CAMERAS) and {(e, c) for e, c, _ in lanes} == clips
+    assert st["decoder_opens"] == len(lanes)
+    assert (len(lanes) == len(clips)) == (order == "segments")
     assert st["decoder_reuses"] > 0 and st["frames_decoded"] == st["samples"] * len(CAMERAS)
 
 

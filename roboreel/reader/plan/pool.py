@@ -133,7 +133,7 @@ class PoolSchedule:
         self.emitted += 1
         return slot[0], frame, last
 
-    def run_end(self, frame: int, length: int) -> int:
+    def run_end(self, frame: int, length: int) -> int | None:
         """End (exclusive) of the run ``frame`` belongs to: its episode's next frames up to there leave right after
         it, in order, one each (GOP runs, or file order); with ``frame_order="random"`` just ``frame + 1``."""
         if self.shuffle and self.frame_order == "random":

@@ -135,9 +135,10 @@ class ShuffledSchedule(PoolSchedule):
         self.emitted += 1
         return slot[0], frame, last
 
-    def run_end(self, frame: int, length: int) -> int:
-        """No run is promised to the run cache: each run has its own decoder lane, which moves forward anyway."""
-        return frame + 1
+    def run_end(self, frame: int, length: int) -> int | None:
+        """None: no run is promised to the run cache. Each run has a decoder lane of its own, which moves forward
+        one frame a sample (a promised run would decode on lane 0 and keep frames that wait for many batches)."""
+        return None
 
 
 _TAG_RUNS = 0x5255_4E53  # "RUNS": the episode's run order, apart from every other random stream
