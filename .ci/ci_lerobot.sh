@@ -24,12 +24,14 @@ fi
 bash "$SHARED/install.sh" "$VENV"
 PIP="$VENV/bin/pip"
 "$PIP" install -q --no-deps -e .
-"$PIP" install -q -c "$SHARED/constraints.txt" 'pytest>=8' 'pytest-timeout>=2.3' 'diffusers>=0.38.0,<0.40.0'
+"$PIP" install -q -c "$SHARED/constraints.txt" 'pytest>=8' 'pytest-timeout>=2.3' 'pytest-xdist>=3.5' \
+  'diffusers>=0.38.0,<0.40.0'
 
 REPORT=$(mktemp -d)
 trap 'rm -rf "$REPORT"' EXIT
 rc=0
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider -rs --junitxml="$REPORT/lerobot.xml" tests/integration || rc=$?
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider -rs -n "${LEROBOT_JOBS:-2}" --dist loadfile --durations=15 \
+  --junitxml="$REPORT/lerobot.xml" tests/integration || rc=$?
 checked=0
 "$VENV/bin/python" .ci/junit_check.py "$REPORT/lerobot.xml" || checked=$?
 if [ "$rc" -ne 0 ]; then exit "$rc"; fi

@@ -109,6 +109,18 @@ def source_factory(tmp_path):
     return make
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection left alive (torch, roboreel and every test module, imported; the collected items)
+    into the garbage collector's permanent generation: it lives until the process ends, and the full collection
+    after each test (below) then walks only what tests allocated, instead of a few hundred thousand objects of
+    imported modules every time (~0.1 s per test on 2 cores). Forked DataLoader workers still freeze what they
+    inherit themselves (roboreel/reader/decode/forksafe.py): a cycle a test drops is never frozen here."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def _collect_garbage_in_the_parent():
     """Finalise each test's garbage here, where it is safe: a forked DataLoader worker that finalises an

@@ -63,6 +63,20 @@ def grown(tmp_path_factory):
     return old, new, fresh
 
 
+@pytest.fixture(scope="module")
+def old_compiled(grown, tmp_path_factory) -> Path:
+    """The old source compiled with TEST (read-only): tests that update it copy it (``_copy_of_old``)."""
+    out = tmp_path_factory.mktemp("grow-old") / "out"
+    compile_dataset(str(grown[0]), str(out), settings=TEST, workers=1)
+    return out
+
+
+def _copy_of_old(old_compiled: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    shutil.copytree(old_compiled, out)
+    return out
+
+
 def _unchanged_files(a: Path, b: Path) -> set[str]:
     fa, fb = _files(a, "videos") | _files(a, "data"), _files(b, "videos") | _files(b, "data")
     return {k for k in fa if fb.get(k) == fa[k]}
@@ -117,10 +131,9 @@ def test_episode_changed_in_place(grown, tmp_path):
     assert report.episodes_compiled + report.episodes_reused <= 7
 
 
-def test_other_source_or_settings_still_refused(grown, tmp_path):
+def test_other_source_or_settings_still_refused(grown, old_compiled, tmp_path):
     old, _, _ = grown
-    out = tmp_path / "out"
-    compile_dataset(str(old), str(out), settings=TEST, workers=1)
+    out = _copy_of_old(old_compiled, tmp_path)
     with pytest.raises(FileExistsError, match="different source or settings.*setting crf"):
         compile_dataset(str(old), str(out), settings=TEST.replace(crf=30), workers=1)
     other = _src(tmp_path / "other", 4, seed=5)  # another dataset of the same shape, elsewhere
@@ -129,12 +142,11 @@ def test_other_source_or_settings_still_refused(grown, tmp_path):
     assert load_manifest(str(out)).source["generation"] == 1
 
 
-def test_reader_opened_before_an_update_fails_clearly_then_reopens(grown, tmp_path):
+def test_reader_opened_before_an_update_fails_clearly_then_reopens(grown, old_compiled, tmp_path):
     from roboreel.reader.dataset import CompiledDataset
 
     old, new, fresh = grown
-    out = tmp_path / "out"
-    compile_dataset(str(old), str(out), settings=TEST, workers=1)
+    out = _copy_of_old(old_compiled, tmp_path)
     before = CompiledDataset(str(out), seed=0)
     n_before = len(before)
     compile_dataset(str(new), str(out), settings=TEST, workers=1)
@@ -146,11 +158,10 @@ def test_reader_opened_before_an_update_fails_clearly_then_reopens(grown, tmp_pa
     assert sum(1 for _ in after) == len(after)
 
 
-def test_update_in_parts(grown, tmp_path):
+def test_update_in_parts(grown, old_compiled, tmp_path):
     """``--part K/N`` jobs of an update, run one after the other (as a SLURM array may): the last finalizes."""
     old, new, fresh = grown
-    out = tmp_path / "out"
-    compile_dataset(str(old), str(out), settings=TEST, workers=1)
+    out = _copy_of_old(old_compiled, tmp_path)
     a = compile_dataset(str(new), str(out), settings=TEST, workers=1, part=(1, 2))
     assert not a.finalized and load_manifest(str(out)).source["generation"] == 1  # old version still published
     b = compile_dataset(str(new), str(out), settings=TEST, workers=1, part=(0, 2))
@@ -187,15 +198,14 @@ def test_update_of_a_transforming_compile(grown, tmp_path):
     assert_same_compile(out, fresh)
 
 
-def test_update_by_concurrent_part_jobs(grown, tmp_path):
+def test_update_by_concurrent_part_jobs(grown, old_compiled, tmp_path):
     """Two ``--part`` jobs of an update started together (a SLURM array): one makes the transition, both compile
     their blocks, the last publishes; equal to a fresh compile."""
     import subprocess
     import sys
 
     old, new, fresh = grown
-    out = tmp_path / "out"
-    compile_dataset(str(old), str(out), settings=TEST, workers=1)
+    out = _copy_of_old(old_compiled, tmp_path)
     cmd = [sys.executable, "-m", "roboreel.cli", "compile", str(new), str(out), "--workers", "1", "--preset",
            "ultrafast", "--episodes-per-shard", "2", "--no-progress"]
     jobs = [subprocess.Popen([*cmd, "--part", f"{k}/2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -38,33 +38,75 @@ def one_shard(tmp_path_factory):  # 1 shard: fewer shards than ranks and workers
     return compiled_pair(tmp_path_factory, episodes_per_shard=100)[1]
 
 
+def planned_indices(ds: CompiledDataset, world_size: int, num_workers: int, epoch: int) -> list[list[list[int]]]:
+    """The sample indices each (rank, worker) consumer of the epoch is to emit, from the dataset's own plan (pure
+    functions of the manifest: plan/epoch.py); ``num_workers=0`` reads in the main process, one consumer."""
+    m = ds.manifest
+    out = []
+    for rank in range(world_size):
+        per_worker = []
+        for w in range(max(1, num_workers)):
+            got = []
+            for s in ds._slices(World(rank, world_size, w, max(1, num_workers)), epoch):
+                for e, (a, b) in zip(s.episodes, s.frame_ranges(m.lengths), strict=True):
+                    got.extend(range(m.episode(int(e)).from_index + a, m.episode(int(e)).from_index + b))
+            per_worker.append(got)
+        out.append(per_worker)
+    return out
+
+
+def check_split(path, world_size: int, num_workers: int, *, batch: int = 5, epoch: int = 1) -> list[list[int]]:
+    """Every rank's planned samples: as many on every rank, ``len(ds)`` of them, in ``len(DataLoader)`` batches
+    (each worker's partial batch included), disjoint across ranks and workers, every sample once except the
+    ``N mod world_size`` the split drops (reported). Returns each rank's sorted indices."""
+    total = CompiledDataset(str(path)).manifest.total_frames
+    per_rank = []
+    for rank, workers in enumerate(planned_indices(
+            CompiledDataset(str(path), rank=0, world_size=world_size, batch_size=batch), world_size, num_workers,
+            epoch)):
+        ds = CompiledDataset(str(path), rank=rank, world_size=world_size, batch_size=batch)
+        flat = [i for w in workers for i in w]
+        assert len(flat) == len(ds) == ds.rank_samples()[rank]  # __len__ is exact
+        loader_len = len(torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=num_workers))
+        assert sum(-(-len(w) // batch) for w in workers) == loader_len  # len(DataLoader) is exact
+        per_rank.append(sorted(flat))
+    dropped = CompiledDataset(str(path), rank=0, world_size=world_size).dropped_samples()
+    assert dropped == (total % world_size if world_size > 1 else 0)
+    assert len({len(p) for p in per_rank}) == 1  # equal steps on every rank
+    everything = [i for got in per_rank for i in got]
+    assert len(everything) == len(set(everything)) == total - dropped  # no duplicates, ranks disjoint
+    assert set(everything) <= set(range(total))
+    return per_rank
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3, 8])
 @pytest.mark.parametrize("num_workers", [0, 2, 3])
 @pytest.mark.parametrize("layout", ["eight_shards", "three_shards", "one_shard"])
+def test_planned_split_equal_steps_exactly_once_and_exact_lengths(layout, world_size, num_workers, request):
+    """The whole matrix at plan level: what every rank and worker is to emit (no DataLoader)."""
+    check_split(request.getfixturevalue(layout), world_size, num_workers)
+
+
+@pytest.mark.parametrize(("layout", "world_size", "num_workers"), [
+    ("eight_shards", 3, 0),  # the main process reads; 8 shards do not divide 3 ranks, 1 sample dropped
+    ("three_shards", 2, 2),  # 3 shards over 4 consumers: shards and episodes cut between workers
+    ("one_shard", 8, 3),  # 24 consumers of one shard
+])
 def test_equal_steps_exactly_once_and_exact_lengths(layout, world_size, num_workers, request):
-    """Real DataLoaders: every rank yields the same number of samples and batches, len(DataLoader) is what
-    comes out, every sample is seen once except the N mod world_size the split drops (reported)."""
+    """Real DataLoaders: every rank yields exactly the samples its plan names, as many batches as
+    len(DataLoader), so the plan-level matrix above holds for what comes out."""
     path = request.getfixturevalue(layout)
-    total = CompiledDataset(str(path)).manifest.total_frames
     batch = 5
-    per_rank, batches = [], []
+    planned = check_split(path, world_size, num_workers, batch=batch)
     for rank in range(world_size):
         ds = CompiledDataset(str(path), rank=rank, world_size=world_size, episode_pool_size=2, return_uint8=True,
                              batch_size=batch)
         ds.set_epoch(1)
         loader = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=num_workers)
         got = [batch_indices(b) for b in loader]
-        assert len(got) == len(loader)  # len(DataLoader) is exact with several workers
+        assert len(got) == len(loader)
         flat = [i for b in got for i in b]
-        assert len(flat) == len(ds) == ds.rank_samples()[rank]  # __len__ is exact
-        per_rank.append(flat)
-        batches.append(len(got))
-    dropped = CompiledDataset(str(path), rank=0, world_size=world_size).dropped_samples()
-    assert dropped == (total % world_size if world_size > 1 else 0)
-    assert len({len(p) for p in per_rank}) == 1 and len(set(batches)) == 1  # equal steps on every rank
-    everything = [i for got in per_rank for i in got]
-    assert len(everything) == len(set(everything)) == total - dropped  # no duplicates, ranks disjoint
-    assert set(everything) <= set(range(total))
+        assert len(flat) == len(ds) and sorted(flat) == planned[rank]
 
 
 def test_workers_without_data_do_not_stall_or_duplicate(eight_shards):

@@ -173,10 +173,11 @@ def test_missing_remote_shard_is_not_retried_and_names_it(small_compiled, copy_o
 
 
 @pytest.mark.slow
-def test_fault_sweep(small_compiled, reference):
-    """More seeds and rates for every mix, with a retry budget that cannot run out (must complete) and one that
-    can (must complete, or fail loudly naming shard and episode)."""
-    for mix in MIXES:
-        injected = [run_faulty(small_compiled, reference, mix, rate, seed, retries=retries)
-                    for rate, seed, retries in itertools.product((0.2, 0.8), range(3), (12, 3))]
-        assert sum(n for i in injected for n in i.values()) > 0, mix  # (a 0.2 run may draw no fault)
+@pytest.mark.parametrize("mix", list(MIXES))
+def test_fault_sweep(mix, small_compiled, reference):
+    """More seeds and rates for every mix (one test each: the slow stage runs them side by side), with a retry
+    budget that cannot run out (must complete) and one that can (must complete, or fail loudly naming shard and
+    episode)."""
+    injected = [run_faulty(small_compiled, reference, mix, rate, seed, retries=retries)
+                for rate, seed, retries in itertools.product((0.2, 0.8), range(3), (12, 3))]
+    assert sum(n for i in injected for n in i.values()) > 0, mix  # (a 0.2 run may draw no fault)
