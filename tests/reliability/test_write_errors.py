@@ -91,3 +91,27 @@ def test_a_read_only_out_fails_naming_it(small_source, tmp_path):
         assert not any(p.is_file() for p in mnt.rglob("*"))
     finally:
         _umount(mnt)
+
+
+def test_no_permission_on_out_fails_naming_it_and_a_rerun_finishes(small_source, reference, tmp_path):
+    """OUT inside a folder the user may not write: root ignores file modes, so the compile runs as root without the
+    capabilities that override them (what an unprivileged user has), fails in one line naming OUT, writes nothing,
+    and once the folder is writable the same command finishes."""
+    parent = tmp_path / "locked"
+    parent.mkdir()
+    (parent / "out").mkdir()
+    (parent / "out").chmod(0o555)
+    drop = "-dac_override,-dac_read_search,-fowner"
+    cmd = ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", sys.executable, "-m", "roboreel.cli",
+           "compile", str(small_source), str(parent / "out"), *ARGS]
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1, run.stderr
+        assert "Permission denied" in lines[0] and str(parent / "out") in lines[0], lines[0]
+        assert list((parent / "out").rglob("*")) == []
+    finally:
+        (parent / "out").chmod(0o755)
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert_same_tree(parent / "out", reference)
