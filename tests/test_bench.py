@@ -257,3 +257,23 @@ def test_decode_ceiling_passes_decode_the_clips_as_many_times_as_asked(small_com
     assert once > 0 and _decode_all(clips, 3) == 3 * once
     with CeilingMeter(clips, processes=1) as meter:
         assert meter.measure(min_seconds=0.2) > 0
+
+
+def test_variants_table_has_each_readers_order_beside_uniform():
+    """``roboreel bench resize``/``images`` tables: each reader's medians of episodes and near-duplicate pairs per
+    batch over its rounds, uniform sampling's in brackets."""
+    from roboreel.bench.variants_bench import _order, markdown
+
+    def run(variant, sps, d, p):
+        return {"variant": variant, "samples_per_s": sps, "distinct_episodes_per_batch": d,
+                "uniform_distinct_episodes_per_batch": 7.9, "near_duplicate_pairs_per_batch": p,
+                "uniform_near_duplicate_pairs_per_batch": 7.1}
+
+    runs = [run("loader full", 100, 7.0, 1.0), run("loader full", 120, 8.0, 3.0), run("loader full", 110, 7.5, 2.0),
+            run("lerobot", 50, 7.9, 7.0)]
+    names = ["loader full", "lerobot"]
+    result = {"compile": {}, "samples_per_s": {"loader full": 110, "lerobot": 50},
+              "order": {v: _order([r for r in runs if r["variant"] == v]) for v in names}}
+    table = markdown(result)
+    assert "| loader full | 110 | 1.00 | 2.2 | 7.5 (7.9) | 2.0 (7.1) |" in table
+    assert "| lerobot | 50 | 0.45 | 1.0 | 7.9 (7.9) | 7.0 (7.1) |" in table

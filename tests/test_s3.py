@@ -9,6 +9,7 @@ fsspec ``storage_options`` in some tests and through the AWS environment variabl
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import s3fs
@@ -137,3 +138,28 @@ def test_connection_reset_mid_shard_is_retried_and_the_epoch_is_exact(endpoint, 
     assert sorted(i for b in remote for i in batch_indices(b)) == list(range(ds.manifest.total_frames))
     # the reset reached roboreel, which retried it once, only when s3fs did not retry it itself
     assert ds.stats()["retries"] == (1 if s3fs_retries == 1 else 0)
+
+
+def test_bench_read_over_s3_beside_local(small_source, small_compiled, tmp_path):
+    """``roboreel bench read --s3``: the compiled readers also read from a loopback S3 server of the bench's own
+    (the source readers stay local), in isolated processes that reach it through the AWS variables, and the table
+    has an ``s3`` row beside the local one with the same samples and order figures. The host's environment is
+    left as it was."""
+    from roboreel.cli import main
+
+    env = dict(os.environ)
+    out = tmp_path / "bench"
+    assert main(["bench", "read", str(small_compiled), "--source", str(small_source), "--readers",
+                 "loader_readme,reference", "--modes", "single", "--s3", "--no-ceiling", "--batches", "3",
+                 "--warmup-batches", "1", "--batch-size", "4", "--num-workers", "1", "--repeats", "1",
+                 "--out", str(out)]) == 0
+    assert dict(os.environ) == env
+    runs = json.loads((out / "runs.json").read_text())
+    runs = runs["runs"] if isinstance(runs, dict) else runs
+    got = {(r["where"], r["reader"]): r for r in runs}
+    assert set(got) == {("local", "loader_readme"), ("local", "reference"), ("s3", "loader_readme")}
+    local, remote = got["local", "loader_readme"], got["s3", "loader_readme"]
+    assert remote["samples"] == local["samples"] == 12 and remote["samples_per_s"] > 0
+    assert remote["distinct_episodes_per_batch"] == local["distinct_episodes_per_batch"]
+    assert remote["reader_stats"]["fetch_seconds"] > 0
+    assert "| s3 | single | loader_readme |" in (out / "summary.md").read_text()

@@ -16,7 +16,7 @@ from typing import Any
 
 from roboreel.bench.ceiling import CEILING_SECONDS, CeilingMeter, compiled_clips
 from roboreel.bench.external import run_external
-from roboreel.bench.readers import lerobot_available, mixture_members
+from roboreel.bench.readers import SOURCE_READERS, lerobot_available, mixture_members
 from roboreel.bench.report import chart, markdown_table, summarize, write_runs
 from roboreel.bench.runner import RunConfig, run_one
 from roboreel.bench.transport import transport_bound
@@ -110,11 +110,12 @@ def set_ceiling(res: dict[str, Any], before: float | None, after: float | None) 
 
 
 def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str], cfg: RunConfig, repeats: int,
-              out: Path, remote_latency_ms: float | None = None, ceiling: bool = True,
+              out: Path, remote_latency_ms: float | None = None, s3: bool = False, ceiling: bool = True,
               ceiling_seconds: float | None = None, lerobot_python: str | None = None, isolate: bool = True,
               echo: Any = print) -> dict[str, Any]:
     """Alternate readers (A B A B ...) for each mode, locally and (optionally) over HTTP; write every report.
 
+    ``s3``: also read the compiled dataset from a loopback S3 server (s3server.py; the source readers stay local).
     ``ceiling_seconds``: least length of each ceiling measurement (``ceiling.CEILING_SECONDS``).
     ``lerobot_python``: an interpreter with LeRobot installed (its own venv); the ``lerobot`` reader runs there
     (external.py) instead of in this process. ``isolate``: every run in a fresh Python process of its own
@@ -160,20 +161,26 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
     if remote_latency_ms is not None:
         rc, rs = stack.enter_context(served(compiled, source, remote_latency_ms))
         places.append((f"http+{remote_latency_ms:g}ms", rc, rs))
+    if s3:
+        from roboreel.bench.s3server import served_s3
+
+        places.append(("s3", stack.enter_context(served_s3({"compiled": compiled}))["compiled"], source))
     with stack:
         for where, c, s in places:
             for mode in modes:
                 for r in range(repeats):
                     before = measure_ceiling(where, mode, r)
                     for reader in readers:
+                        if where == "s3" and reader in SOURCE_READERS:
+                            continue  # the bucket holds the compiled dataset; the source is read locally
                         run_cfg = cfg
-                        if where != "local" and reader != "compiled":
+                        if where.startswith("http") and reader != "compiled":
                             # per-frame range requests at tens of ms each: a short window measures it fine
                             run_cfg = replace(cfg, batches=max(2, cfg.batches // 8), seconds=None)
                         if reader == "lerobot" and lerobot_python is not None:
                             res = run_external(lerobot_python, reader, mode, compiled=c, source=s, cfg=run_cfg,
                                                where=where, repeat=r)
-                        elif isolate and where == "local":  # served data lives in this process's server
+                        elif isolate and where in ("local", "s3"):  # the HTTP server is this process's own
                             res = run_external(sys.executable, reader, mode, compiled=c, source=s, cfg=run_cfg,
                                                where=where, repeat=r)
                         else:

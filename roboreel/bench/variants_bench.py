@@ -68,14 +68,25 @@ def variants_benchmark(source: str, variants: dict[str, CompileSettings], *, out
             res["variant"] = lerobot_name
             runs.append(res)
             echo(f"  {res['variant']} #{r}: {res['samples_per_s']:8.1f} samples/s")
-    med = {v: statistics.median(x["samples_per_s"] for x in runs if x["variant"] == v)
-           for v in dict.fromkeys(x["variant"] for x in runs)}
+    names = list(dict.fromkeys(x["variant"] for x in runs))
+    med = {v: statistics.median(x["samples_per_s"] for x in runs if x["variant"] == v) for v in names}
+    order = {v: _order([x for x in runs if x["variant"] == v]) for v in names}
     comp = {name: {"seconds": statistics.median(c["seconds"] for c in cs),
                    "bytes": statistics.median(c["bytes"] for c in cs),
                    "psnr_mean": cs[0]["psnr_mean"], "psnr_min": min(c["psnr_min"] or 0 for c in cs)}
             for name, cs in compiles.items()}
     return {"source": source, "config": asdict(cfg), "repeats": repeats, "workers": workers,
-            "compile": comp, "compile_runs": compiles, "samples_per_s": med, "runs": runs}
+            "compile": comp, "compile_runs": compiles, "samples_per_s": med, "order": order, "runs": runs}
+
+
+_ORDER_KEYS = ("distinct_episodes_per_batch", "uniform_distinct_episodes_per_batch", "near_duplicate_pairs_per_batch",
+               "uniform_near_duplicate_pairs_per_batch")
+
+
+def _order(runs: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Medians of a variant's order figures over its rounds (None where a run has none)."""
+    return {k: statistics.median(vs) if (vs := [r[k] for r in runs if r.get(k) is not None]) else None
+            for k in _ORDER_KEYS}
 
 
 def resize_benchmark(source: str, *, size: tuple[int, int], out: Path, cfg: RunConfig, repeats: int = 3,
@@ -114,7 +125,18 @@ def markdown(result: dict[str, Any]) -> str:
     first = next(iter(sps.values()))
     base = next(iter(sps))
     lerobot = next((v for k, v in sps.items() if k.startswith("lerobot")), None)
-    lines += ["", f"| reader | samples/s | x {base} | x LeRobot |", "|---|---|---|---|"]
+    lines += ["", f"| reader | samples/s | x {base} | x LeRobot | episodes/batch (uniform) | near-dup pairs/batch "
+              "(uniform) |", "|---|---|---|---|---|---|"]
     for name, v in sps.items():
-        lines.append(f"| {name} | {v:.0f} | {v / first:.2f} | " + (f"{v / lerobot:.1f} |" if lerobot else "- |"))
+        o = result.get("order", {}).get(name, {})
+        lines.append(f"| {name} | {v:.0f} | {v / first:.2f} | " + (f"{v / lerobot:.1f} | " if lerobot else "- | ")
+                     + f"{_pair(o, 'distinct_episodes_per_batch')} | {_pair(o, 'near_duplicate_pairs_per_batch')} |")
     return "\n".join(lines)
+
+
+def _pair(order: dict[str, float | None], key: str) -> str:
+    """"measured (uniform)" for a table cell; "-" without the figure."""
+    got, uniform = order.get(key), order.get(f"uniform_{key}")
+    if got is None:
+        return "-"
+    return f"{got:.1f}" + (f" ({uniform:.1f})" if uniform is not None else "")

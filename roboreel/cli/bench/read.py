@@ -54,6 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--remote-latency-ms", type=float, metavar="MS", default=None,
                    help="also read over HTTP from 127.0.0.1 with this fixed latency per request (default: none, "
                         "local only)")
+    p.add_argument("--s3", action="store_true",
+                   help="also read the compiled dataset from a real S3 API on 127.0.0.1 (moto's server, read through "
+                        "s3fs with the AWS variables set for the run; needs moto[server] and s3fs); the source "
+                        "readers stay local (default: local only)")
     p.add_argument("--no-ceiling", action="store_true", help="skip the decode-ceiling measurement")
     p.add_argument("--ceiling-seconds", type=float, default=None, metavar="S",
                    help="least length of each ceiling measurement, taken before every run and after a round's last "
@@ -99,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = options.run_config(args, span_epochs=not args.one_epoch, weights=args.weights, remap_file=args.remap,
                              pad=args.pad)
     run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
-              cfg=cfg, repeats=args.repeats, out=args.out, remote_latency_ms=args.remote_latency_ms,
+              cfg=cfg, repeats=args.repeats, out=args.out, remote_latency_ms=args.remote_latency_ms, s3=args.s3,
               ceiling=not args.no_ceiling, ceiling_seconds=args.ceiling_seconds, lerobot_python=args.lerobot_python,
               isolate=not args.no_isolate)
     return 0
