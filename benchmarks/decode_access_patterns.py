@@ -13,7 +13,9 @@ heap settings and call size:
 - ``interleaved+hwc``: that, and every frame copied into a slot of a [B, H, W, C] batch array (a memcpy: what the
   stage does with ``channels_last=True`` and when the batch goes to a GPU);
 - ``interleaved+chw``: that, and every frame deinterleaved into a slot of a [B, C, H, W] batch array with the
-  stage's own ``copy_frame`` (what the contract's contiguous CPU batches cost).
+  stage's own ``copy_frame`` (what the contract's contiguous CPU batches cost);
+- ``lanes``: the default order's pattern (``frame_order="shuffled"``): each thread keeps ``--open`` decoders
+  going at once and decodes one frame of each in turn, every decoder moving forward; ``lanes+chw`` with the copy.
 
 The last two are a bound no loader built on torchcodec's CPU decoder can beat: decode in the order a shuffling
 loader must use, and the one copy its output layout needs, with no workers, no stage and no Python beyond the calls.
@@ -33,7 +35,7 @@ import sys
 import threading
 import time
 
-PATTERNS = ("sequential", "runs", "interleaved", "interleaved+hwc", "interleaved+chw")
+PATTERNS = ("sequential", "runs", "interleaved", "interleaved+hwc", "interleaved+chw", "lanes", "lanes+chw")
 _BATCH = 16  # slots of the batch array the copies rotate through
 
 
@@ -49,7 +51,8 @@ def _plan(num_frames: int, gop: int, *, shuffle: bool, seed: int) -> list[list[i
     return runs
 
 
-def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: int, seed: int) -> int:
+def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: int, seed: int,
+                  open_decoders: int = 48) -> int:
     """Decode every frame of ``clips`` in ``pattern``; returns the frames decoded."""
     import numpy as np
     from torchcodec.decoders import VideoDecoder
@@ -65,7 +68,13 @@ def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: in
     plans = [_plan(d.metadata.num_frames or 0, gop, shuffle=pattern != "sequential", seed=seed + i)
              for i, d in enumerate(decoders)]
     order: list[tuple[int, list[int]]] = []
-    if pattern.startswith("interleaved"):
+    if pattern.startswith("lanes"):  # groups of ``open_decoders``, one frame of each in turn
+        call_frames = 1
+        for g in range(0, len(plans), open_decoders):
+            group = range(g, min(len(plans), g + open_decoders))
+            for f in range(max((decoders[i].metadata.num_frames or 0 for i in group), default=0)):
+                order += [(i, [f]) for i in group if f < (decoders[i].metadata.num_frames or 0)]
+    elif pattern.startswith("interleaved"):
         for k in range(max(map(len, plans), default=0)):
             order += [(i, p[k]) for i, p in enumerate(plans) if k < len(p)]
     else:
@@ -85,13 +94,13 @@ def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: in
 
 
 def measure(clips: list[bytes], pattern: str, *, threads: int, gop: int, call_frames: int,
-            seed: int = 0) -> tuple[float, float]:
+            seed: int = 0, open_decoders: int = 48) -> tuple[float, float]:
     """(CPU ms per frame, frames/s) decoding ``clips`` in ``threads`` threads of this process."""
     counts: list[int] = []
     lock = threading.Lock()
 
     def run(share: list[bytes]) -> None:
-        n = _decode_share(share, pattern, gop=gop, call_frames=call_frames, seed=seed)
+        n = _decode_share(share, pattern, gop=gop, call_frames=call_frames, seed=seed, open_decoders=open_decoders)
         with lock:
             counts.append(n)
 
@@ -111,6 +120,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3, help="alternated rounds; medians reported")
     p.add_argument("--copies", type=int, default=2, help="decode the clip set this many times per round")
+    p.add_argument("--open", type=int, default=48, help="decoders one thread keeps going at once in ``lanes``")
     args = p.parse_args()
     import torch
 
@@ -136,7 +146,7 @@ def main() -> int:
     for r in range(args.repeats):
         for pattern in PATTERNS:
             results[pattern].append(measure(clips, pattern, threads=args.threads, gop=gop,
-                                               call_frames=call_frames, seed=r))
+                                               call_frames=call_frames, seed=r, open_decoders=args.open))
     base = statistics.median(ms for ms, _ in results["sequential"])
     for pattern in PATTERNS:
         ms = statistics.median(m for m, _ in results[pattern])

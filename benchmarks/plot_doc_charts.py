@@ -30,19 +30,14 @@ SHAPES: list[tuple[str, tuple[float, float, float]]] = [
     ("synthetic 224x224, 3 cams\nfloat32, batch 32", (824, 390, 204)),
 ]
 
-# docs/benchmarks.md, the sections dated in each label: roboreel / LeRobotDataset, ratio of medians ("Training
-# reads", "Across data shapes" and its steady state, "Image features", "Compile at the training resolution")
+# docs/benchmarks.md, "Training reads" and "Compile at the training resolution" (2026-12-03): roboreel.loader as the
+# README calls it, at its default order, / LeRobotDataset, ratio of medians
 SPEEDUPS: list[tuple[str, float]] = [
-    ("ALOHA 480x640 uint8, README loop, batch 32, 4 epochs (12-02)", 3.2),
-    ("the same at frame_order=\"random\" (12-02)", 1.1),
-    ("the same compiled with --gop 2 (12-02)", 2.8),
-    ("ALOHA 480x640 uint8, steady state, batch 16 (11-25)", 3.3),
-    ("ALOHA 480x640 float32 (11-25)", 3.5),
-    ("synthetic 480x640 uint8 (11-25)", 3.4),
-    ("synthetic 224x224 x3 uint8 (11-25)", 4.8),
-    ("synthetic 224x224 x3 float32 (11-25)", 4.0),
-    ("ALOHA image features, --images clips (11-26)", 4.2),
-    ("ALOHA compiled --resize 224x224 vs LeRobot + Resize (11-26)", 12.6),
+    ("ALOHA fleet 480x640, 1 camera", 2.6),
+    ("ALOHA fleet 480x640, 4 cameras", 2.9),
+    ("ALOHA fleet 224x224, 3 cameras", 3.4),
+    ("ALOHA 480x640, 1 camera, 8 episodes", 2.5),
+    ("ALOHA fleet 480x640 compiled --resize 224x224\nvs LeRobotDataset + Resize", 6.4),
 ]
 
 # docs/benchmarks.md, "Scale: start-up and memory against the episode count" (2026-11-23): episodes,
@@ -84,7 +79,8 @@ def speedup_chart(path: Path) -> None:
     ax.bar_label(bars, labels=[f"{v:.1f}x" for v in vals], fontsize=8, padding=3)
     ax.axvline(1.0, color="#d62728", lw=1, ls="--", label="LeRobotDataset = 1x")
     ax.set_xlabel("samples/s, x LeRobotDataset 0.6.1 (ratio of medians)")
-    ax.set_title(f"roboreel against LeRobotDataset ({HOST}), at the default order unless named", fontsize=9)
+    ax.set_title(f"roboreel.loader vs LeRobotDataset 0.6.1: uint8, batch 32, 2 workers, batches of independent "
+                 f"frames\n({HOST}, 2026-12-03)", fontsize=9)
     ax.tick_params(axis="y", labelsize=8)
     ax.set_xlim(0, max(vals) * 1.12)
     ax.legend(fontsize=8, loc="center right")
