@@ -92,7 +92,7 @@ def small_source(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def small_compiled(tmp_path_factory) -> Path:
-    """small_source compiled with fast test settings (``CompileSettings.for_tests()``: 2 episodes per shard;
+    """small_source compiled with fast test settings (``FAST``: 2 episodes per shard;
     read-only). The same directory as ``support.datasets.compiled_pair(episodes_per_shard=2)``."""
     from support.datasets import compiled_pair
 

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import webdataset as wds
+from support.settings import FAST
 from torchcodec.decoders import VideoDecoder
 
 from roboreel.compile import CompileSettings, compile_dataset, finalize
@@ -31,7 +32,7 @@ from roboreel.formats.manifest import load_manifest
 from roboreel.formats.shard import EpisodeRecord, rows_digest, sha256_hex, shard_path
 from roboreel.synth import FrameCode, read
 
-TEST = CompileSettings.for_tests()
+TEST = FAST
 
 
 def read_records(out: Path) -> dict[int, EpisodeRecord]:

@@ -11,13 +11,14 @@ import av
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.settings import FAST
 
 from roboreel.cli import main
-from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.compile import compile_dataset
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 
-TEST = CompileSettings.for_tests()
+TEST = FAST
 TOP = "observation.images.top"
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from support.datasets import codes
+from support.settings import FAST
 
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.compile import CompileSettings, compile_dataset
@@ -56,9 +57,9 @@ def _frames_are_their_own(out: Path) -> None:
 
 def test_long_gop_h264_is_reencoded_short_gop_copied(tmp_path):
     src = _source(tmp_path / "src", codec="libx264", g=8, crf=18)
-    copied = compile_dataset(str(src), str(tmp_path / "copy"), settings=CompileSettings.for_tests(), workers=1)
+    copied = compile_dataset(str(src), str(tmp_path / "copy"), settings=FAST, workers=1)
     assert (copied.clips_remuxed, copied.clips_encoded) == (3, 0)
-    settings = CompileSettings.for_tests().replace(remux_max_gop=4)
+    settings = FAST.replace(remux_max_gop=4)
     long = compile_dataset(str(src), str(tmp_path / "long"), settings=settings, workers=1)
     assert (long.clips_remuxed, long.clips_encoded) == (0, 3)
     whys = [d["why"] for d in _clip_docs(tmp_path / "long")]
@@ -72,7 +73,7 @@ def test_10bit_hevc_source_is_reencoded_to_8bit(tmp_path):
     """A 10-bit HEVC source (short GOP) validates clean, is re-encoded (not 8-bit 4:2:0) and its clips are 8-bit."""
     src = _source(tmp_path / "src", codec="libx265", pix_fmt="yuv420p10le", crf=18)
     assert validate(str(src)).count("error") == 0
-    report = compile_dataset(str(src), str(tmp_path / "out"), settings=CompileSettings.for_tests(), workers=1)
+    report = compile_dataset(str(src), str(tmp_path / "out"), settings=FAST, workers=1)
     assert (report.clips_remuxed, report.clips_encoded) == (0, 3)
     assert all("yuv420p10le is not 8-bit 4:2:0" in d["why"] for d in _clip_docs(tmp_path / "out"))
     assert validate(str(tmp_path / "out")).count("error") == 0
@@ -155,7 +156,7 @@ def test_clip_timing_is_proven_from_the_container():
     pts k/fps proven by demuxing alone: a wrong length, a wrong rate and bytes that are no mp4 are each refused,
     naming the clip and episode."""
     frames = (av.VideoFrame.from_ndarray(np.full((64, 64, 3), 20 * k, np.uint8), format="rgb24") for k in range(6))
-    clip = encode_clip(frames, length=6, fps=10, settings=CompileSettings.for_tests(), where="c.mp4", episode=2)
+    clip = encode_clip(frames, length=6, fps=10, settings=FAST, where="c.mp4", episode=2)
     check_clip_timing(clip.data, length=6, fps=10, where="c.mp4", episode=2)
     with pytest.raises(CompiledFormatError, match="holds 6 frames, the episode 7") as err:
         check_clip_timing(clip.data, length=7, fps=10, where="c.mp4", episode=2)
@@ -193,7 +194,7 @@ def test_a_444_source_whose_colour_a_420_clip_cannot_hold_fails_loudly(tmp_path,
                   crf=0)
     with pytest.raises(RoboreelError, match=r"source pixel format yuv444p does not fit an 8-bit 4:2:0 HEVC clip"
                                             r".*episode 0\); --min-psnr \d+ accepts that loss"):
-        compile_dataset(str(src), str(tmp_path / "out"), settings=CompileSettings.for_tests(), workers=1)
+        compile_dataset(str(src), str(tmp_path / "out"), settings=FAST, workers=1)
     assert not (tmp_path / "out" / "roboreel.json").exists()
 
 
@@ -206,7 +207,7 @@ def test_open_gop_hevc_is_reencoded_and_reads_at_random_positions(tmp_path):
         packets = [p for p in c.demux(c.streams.video[0]) if p.size]
     assert leading_frame(packets) is not None  # the source really has open GOPs
     out = tmp_path / "out"
-    report = compile_dataset(str(src), str(out), settings=CompileSettings.for_tests(), workers=1)
+    report = compile_dataset(str(src), str(out), settings=FAST, workers=1)
     assert (report.clips_remuxed, report.clips_encoded) == (0, 3)
     whys = [d["why"] for d in _clip_docs(out)]  # later episodes' spans also hold the previous one's leading frames
     assert any("source GOPs are open" in w for w in whys), whys

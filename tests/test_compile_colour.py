@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_source
+from support.settings import FAST
 from torchcodec.decoders import VideoDecoder
 
-from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.compile import compile_dataset
 from roboreel.compile.floorcheck import InFlightCheck, psnr
 from roboreel.compile.segments import encode_segmented
 from roboreel.compile.transcode import encode_clip, encoder_input
@@ -117,7 +118,7 @@ def test_reencoded_clip_carries_the_source_colour(tmp_path, kind):
     codec, pix_fmt, rng, matrix, primaries, trc = KINDS[kind]
     assert _tags_of(str(mp4)) == (rng, matrix, primaries, trc)
     out = tmp_path / "out"
-    compile_dataset(str(src), str(out), settings=CompileSettings.for_tests().replace(reencode=True), workers=1)
+    compile_dataset(str(src), str(out), settings=FAST.replace(reencode=True), workers=1)
     for clip in _clips(out):
         with av.open(io.BytesIO(clip)) as c:
             cc = c.streams.video[0].codec_context
@@ -136,7 +137,7 @@ def test_resized_clip_keeps_the_source_colour(tmp_path):
     tests/test_compile_transform.py; the colour shift this guards against reads ~26 dB)."""
     src, mp4 = _source(tmp_path, "bt709-pc")
     out = tmp_path / "out"
-    compile_dataset(str(src), str(out), settings=CompileSettings.for_tests().replace(resize=(32, 48)), workers=1)
+    compile_dataset(str(src), str(out), settings=FAST.replace(resize=(32, 48)), workers=1)
     for clip in _clips(out):
         assert _tags_of(clip) == (PC, BT709, BT709, BT709)
     got = _compiled(out)
@@ -152,7 +153,7 @@ def test_stream_copy_keeps_the_source_colour(tmp_path):
     re-encoded, with its tags: the test above.)"""
     src, mp4 = _source(tmp_path, "bt709-tv")
     out = tmp_path / "out"
-    report = compile_dataset(str(src), str(out), settings=CompileSettings.for_tests(), workers=1)
+    report = compile_dataset(str(src), str(out), settings=FAST, workers=1)
     assert report.clips_remuxed == 2 and report.clips_encoded == 0
     for clip in _clips(out):
         assert _tags_of(clip) == (TV, BT709, BT709, BT709)
@@ -175,7 +176,7 @@ def test_tags_changing_within_an_episode_stop_the_encode():
     frames = _frames([(TV, BT709)] * 3 + [(PC, BT709)] * 3)
     with pytest.raises(RoboreelError, match=r"colour tags change within the episode \(color_range tv \(limited\) "
                        r"became pc \(full\)\).*c\.mp4, episode 4, frame 3"):
-        encode_clip(iter(frames), length=6, fps=10, settings=CompileSettings.for_tests(), where="c.mp4", episode=4)
+        encode_clip(iter(frames), length=6, fps=10, settings=FAST, where="c.mp4", episode=4)
 
 
 @pytest.mark.parametrize("floor", [40.0, 0.0])  # GOP by GOP (segments.py) and whole clips
@@ -185,7 +186,7 @@ def test_a_tag_x265_cannot_write_stops_the_encode(floor):
     frames = _frames([(TV, BT709)] * 4)
     for f in frames:
         f.color_primaries = 22
-    settings = CompileSettings.for_tests().replace(min_psnr=floor)
+    settings = FAST.replace(min_psnr=floor)
     with pytest.raises(RoboreelError, match=r"cannot carry the source's colour tags: x265 refuses color_primaries "
                        r"ebu3213 \(c\.mp4, episode 1\)"):
         if floor:
@@ -218,7 +219,7 @@ def test_a_tag_lost_in_the_bitstream_is_caught_in_flight():
 def test_untagged_clip_has_no_colour_description():
     """An untagged source's clip is what an encoder never told about colour writes: no colour description."""
     frames = _frames([(0, UNSPEC)] * 4)
-    clip = encode_clip(iter(frames), length=4, fps=10, settings=CompileSettings.for_tests(), where="c.mp4",
+    clip = encode_clip(iter(frames), length=4, fps=10, settings=FAST, where="c.mp4",
                        episode=0)
     with av.open(io.BytesIO(clip.data)) as c:
         cc = c.streams.video[0].codec_context

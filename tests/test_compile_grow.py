@@ -16,13 +16,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.settings import FAST
 
 from roboreel.cli import main
-from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.compile import compile_dataset
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.manifest import load_manifest
 
-TEST = CompileSettings.for_tests()
+TEST = FAST
 
 
 def _src(root: Path, episodes: int, **kw) -> Path:

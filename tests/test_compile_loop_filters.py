@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from support.settings import FAST
 
 from roboreel.compile import CompileSettings, compile_dataset
 from roboreel.compile.outdir import lock_mismatch, make_lock
@@ -17,7 +18,7 @@ from roboreel.formats.manifest import load_manifest
 from roboreel.formats.shard import CLIP_SUFFIX, EpisodeRecord
 from roboreel.synth import FrameCode, read
 
-TEST = CompileSettings.for_tests()
+TEST = FAST
 
 
 def x265_options(clip: bytes) -> set[str]:

@@ -18,16 +18,17 @@ import pytest
 from reliability import damage as D
 from reliability.trees import assert_same_tree, temp_files, trusted_files_are_whole
 from support.httpserver import Faults, FaultyServer
+from support.settings import FAST
 
 from roboreel.cli import main
-from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.compile import compile_dataset
 from roboreel.compile.decode import SourceVideo
 from roboreel.formats.errors import SourceError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import MANIFEST_NAME
 from roboreel.formats.transient import RetryingFile
 
-TEST = CompileSettings.for_tests()  # 2 episodes per shard: small_source gives shards [0,1] [2,3] [4,5] [6,7]
+TEST = FAST  # 2 episodes per shard: small_source gives shards [0,1] [2,3] [4,5] [6,7]
 
 
 @pytest.fixture()

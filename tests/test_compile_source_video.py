@@ -23,9 +23,10 @@ import numpy as np
 import pytest
 import torch
 from support.datasets import codes
+from support.settings import FAST
 
 from roboreel.bench.reference import ReferenceDataset
-from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.compile import compile_dataset
 from roboreel.formats.errors import SourceError
 from roboreel.reader import CompiledDataset
 from roboreel.synth import SynthConfig, synthesize
@@ -69,7 +70,7 @@ def test_a_frame_beyond_lerobots_tolerance_fails_compile_and_validate(tmp_path, 
     out = tmp_path / "out"
     with pytest.raises(SourceError, match=r"episode frame 5 is at 1\.500\d+s, \+0\.\d{3} ms from its timestamp "
                                           r"1\.500000s .* tolerance_s=0\.0001s") as err:
-        compile_dataset(str(src), str(out), settings=CompileSettings.for_tests(), workers=1)
+        compile_dataset(str(src), str(out), settings=FAST, workers=1)
     assert (err.value.file, err.value.episode) == (str(rel), 1)
     assert not out.exists() or list(out.iterdir()) == []  # a failed first compile leaves nothing
     report = validate(str(src))
@@ -82,7 +83,7 @@ def test_jitter_within_the_tolerance_is_reencoded_on_the_grid_and_read_as_lerobo
     src = _source(tmp_path / "src", "libx264")  # g=2 H.264: both episodes would be stream-copied
     _shift_frame(src, 5, 5e-5)  # episode 0, frame 5: LeRobot still reads it as frame 5
     out = tmp_path / "out"
-    report = compile_dataset(str(src), str(out), settings=CompileSettings.for_tests(), workers=1)
+    report = compile_dataset(str(src), str(out), settings=FAST, workers=1)
     docs = {int(ep): clips[CAM] for side in sorted(out.glob(".roboreel-parts/shard-*.json"))
             for ep, clips in json.loads(side.read_text())["clips"].items()}
     assert (docs[0]["mode"], docs[1]["mode"]) == ("encode", "remux"), docs
@@ -135,7 +136,7 @@ def test_a_rotated_or_two_stream_mp4_fails_compile_and_validate(tmp_path, codec,
     src = _source(tmp_path / "src", codec)
     rel = _rewrite(src, codec, **odd)
     with pytest.raises(SourceError, match=match) as err:
-        compile_dataset(str(src), str(tmp_path / "out"), settings=CompileSettings.for_tests(), workers=1)
+        compile_dataset(str(src), str(tmp_path / "out"), settings=FAST, workers=1)
     assert err.value.file == str(rel)
     report = validate(str(src))
     assert [f.code for f in report.findings if f.severity == "error"] == [code], report.findings
@@ -149,5 +150,5 @@ def test_an_odd_sized_camera_that_cannot_be_copied_fails_naming_it(tmp_path):
                                  width=95, tasks=1, codec="libx264", crf=18, pix_fmt="yuv444p"))
     with pytest.raises(SourceError, match=r"the camera is 95x63: odd sides, .*source pixel format yuv444p .*"
                                           r"pass --resize HxW") as err:
-        compile_dataset(str(root), str(tmp_path / "out"), settings=CompileSettings.for_tests(), workers=1)
+        compile_dataset(str(root), str(tmp_path / "out"), settings=FAST, workers=1)
     assert err.value.episode == 0 and err.value.file.endswith(".mp4")

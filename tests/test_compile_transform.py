@@ -22,6 +22,7 @@ import pytest
 import torch
 from conftest import make_source
 from support.datasets import codes
+from support.settings import FAST
 
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.compile import CompileSettings, compile_dataset
@@ -36,7 +37,7 @@ from roboreel.validate.summary import format_summary, summarize
 
 TOP, WRIST = "observation.images.top", "observation.images.wrist"
 STEP = 2  # 20 fps -> 10 fps
-SETTINGS = CompileSettings.for_tests().replace(resize=(128, 128), resize_cameras=((WRIST, 96, 160),), fps=10)
+SETTINGS = FAST.replace(resize=(128, 128), resize_cameras=((WRIST, 96, 160),), fps=10)
 
 
 @pytest.fixture(scope="module")
@@ -233,8 +234,8 @@ def test_a_transform_to_what_the_source_is_is_the_plain_compile(tmp_path, asked)
     src = make_source(tmp_path / "src", episodes=2, min_length=5, max_length=7)
     assert json.loads((src / "meta/info.json").read_text())["fps"] == 20
     plain, same = tmp_path / "plain", tmp_path / "same"
-    compile_dataset(str(src), str(plain), settings=CompileSettings.for_tests(), workers=1)
-    compile_dataset(str(src), str(same), settings=CompileSettings.for_tests().replace(**asked), workers=1)
+    compile_dataset(str(src), str(plain), settings=FAST, workers=1)
+    compile_dataset(str(src), str(same), settings=FAST.replace(**asked), workers=1)
     files = sorted(p.relative_to(plain) for p in plain.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(same) for p in same.rglob("*") if p.is_file())
     for rel in files:
@@ -255,7 +256,7 @@ def test_resize_keeps_the_sources_tabular_stats(tmp_path, fps):
     (src / "meta/stats.json").write_text(json.dumps({**stats, "action": custom}, indent=4))
     out = tmp_path / "out"
     compile_dataset(str(src), str(out), workers=1,
-                    settings=CompileSettings.for_tests().replace(resize=(32, 32), fps=fps))
+                    settings=FAST.replace(resize=(32, 32), fps=fps))
     got = json.loads((out / "meta/stats.json").read_text())
     episodes = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
     source_eps = pq.read_table(src / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
@@ -284,7 +285,7 @@ def test_an_unchanged_hevc_camera_is_still_copied_and_gets_stats(tmp_path):
     (recomputed for every feature of a transforming compile) include it, from its source frames."""
     src = make_source(tmp_path / "src", episodes=2, min_length=12, max_length=14, codec="libx265")
     out = tmp_path / "out"
-    settings = CompileSettings.for_tests().replace(resize_cameras=((TOP, 32, 48),))
+    settings = FAST.replace(resize_cameras=((TOP, 32, 48),))
     report = compile_dataset(str(src), str(out), settings=settings, workers=1)
     assert (report.clips_encoded, report.clips_remuxed) == (2, 2)
     source = LeRobotSource(str(src))
@@ -309,7 +310,7 @@ def test_a_depth_camera_resizes_nearest_and_keeps_its_units(tmp_path):
     info["features"][WRIST]["info"]["is_depth_map"] = True
     (src / "meta/info.json").write_text(json.dumps(info, indent=4))
     out = tmp_path / "out"
-    compile_dataset(str(src), str(out), settings=CompileSettings.for_tests().replace(resize=(32, 32)), workers=1)
+    compile_dataset(str(src), str(out), settings=FAST.replace(resize=(32, 32)), workers=1)
     t = json.loads((out / "roboreel.json").read_text())["settings"]["transform"]["cameras"]
     assert t[WRIST]["filter"] == "nearest" and t[TOP]["filter"] == "bilinear"
     stats = json.loads((out / "meta/stats.json").read_text())

@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 import torch
 from support.datasets import codes
+from support.settings import FAST
 from torch.utils.data import DataLoader
 
 import roboreel
-from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.compile import compile_dataset
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.lerobot_v3 import LeRobotSource
@@ -47,7 +48,7 @@ def _source(root: Path, unit: str = "mm", **kw) -> Path:
 
 
 def _compile(src: Path, out: Path, **kw) -> roboreel.compile.CompileReport:
-    return compile_dataset(str(src), str(out), settings=CompileSettings.for_tests().replace(**kw), workers=1)
+    return compile_dataset(str(src), str(out), settings=FAST.replace(**kw), workers=1)
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,10 @@ import json
 
 import pytest
 from support.httpserver import FaultyServer
+from support.settings import FAST
 
 from roboreel.cli import main
-from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.compile import compile_dataset
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import load_manifest
 
@@ -36,7 +37,7 @@ def datasets(tmp_path_factory):
     for kind, (overrides, _) in KINDS.items():
         root = tmp_path_factory.mktemp(kind)
         src = make_source(root / "src", episodes=3, **overrides)
-        compile_dataset(str(src), str(root / "compiled"), settings=CompileSettings.for_tests(), workers=1)
+        compile_dataset(str(src), str(root / "compiled"), settings=FAST, workers=1)
         out[kind] = (src, root / "compiled")
     return out
 

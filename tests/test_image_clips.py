@@ -21,6 +21,7 @@ import pytest
 import torch
 from PIL import Image
 from support.datasets import batch_indices, codes, set_image_bytes, source
+from support.settings import FAST
 
 import roboreel
 from roboreel.bench.reference import ReferenceDataset
@@ -39,7 +40,7 @@ FLOOR = 40.0
 
 
 def _settings(**kw) -> CompileSettings:
-    return dataclasses.replace(CompileSettings.for_tests(), images="clips", **kw)
+    return dataclasses.replace(FAST, images="clips", **kw)
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +226,7 @@ def test_images_an_rgb_clip_cannot_carry_are_refused(pair, tmp_path, capsys):
 def test_a_mixture_must_store_image_features_alike(pair, tmp_path):
     src, out = pair
     kept = tmp_path / "kept"
-    compile_dataset(str(src), str(kept), settings=CompileSettings.for_tests().replace(images="keep"), workers=1)
+    compile_dataset(str(src), str(kept), settings=FAST.replace(images="keep"), workers=1)
     with pytest.raises(MixtureMismatch, match="same --images"):
         CompiledDataset([str(out), str(kept)])
 

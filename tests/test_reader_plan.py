@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.plan import epoch_slices
 
 from roboreel.formats.manifest import EpisodeEntry, Manifest, ShardEntry
 from roboreel.reader.plan.epoch import (
@@ -13,7 +14,6 @@ from roboreel.reader.plan.epoch import (
     consumer_slices,
     detect_rank,
     dropped_samples,
-    epoch_slices,
     rank_quotas,
     shard_order,
     uneven_split_message,

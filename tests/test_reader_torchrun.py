@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 from support.datasets import compiled_pair
+from support.plan import epoch_slices
 
 from roboreel.reader import CompiledDataset
-from roboreel.reader.plan.epoch import epoch_slices
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "support" / "torchrun_worker.py"

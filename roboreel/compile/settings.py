@@ -121,11 +121,6 @@ class CompileSettings:
         if not isinstance(self.psnr_frames, int) or self.psnr_frames < 0:
             raise ValueError(f"psnr_frames must be a non-negative integer, got {self.psnr_frames!r}")
 
-    @classmethod
-    def for_tests(cls) -> CompileSettings:
-        """Fast settings for tests: fastest preset, two episodes per shard (so tiny datasets get several shards)."""
-        return cls(preset="ultrafast", episodes_per_shard=2)
-
     def camera_size(self, camera: str, source_hw: tuple[int, int]) -> tuple[int, int]:
         """The (height, width) ``camera`` is written at: its own ``resize_cameras`` entry, else ``resize``, else
         the source's."""

@@ -222,11 +222,6 @@ def remux_clip(video: SourceVideo, packets: SpanPackets) -> bytes:
     return buf.getvalue()
 
 
-def can_remux(video: SourceVideo, settings: CompileSettings) -> bool:
-    """Whether the source stream may be stream-copied, keyframe spacing permitting (copypolicy.py)."""
-    return codec_refusal(video.codec, video.ctx.pix_fmt, settings) is None
-
-
 def encode_with_floor(
     video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
     why: str, progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.settings import FAST
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).resolve().parent / "train_probe.py"
@@ -43,14 +44,14 @@ def lerobot_pair_fixture(tmp_path_factory) -> tuple[Path, Path]:
     ACT trains on it at well under a second per step) and its roboreel compile (3 shards), made once, in this
     venv (roboreel's compile works with LeRobot's PyAV 15)."""
     if not _PAIR:
-        from roboreel.compile import CompileSettings, compile_dataset
+        from roboreel.compile import compile_dataset
         from roboreel.synth import SynthConfig, synthesize
 
         root = tmp_path_factory.mktemp("lerobot")
         src, out = root / "src", root / "compiled"
         synthesize(src, SynthConfig(episodes=6, min_length=20, max_length=30, fps=10,
                                     cameras=("observation.images.top",), height=48, width=64, tasks=2))
-        settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2)
+        settings = dataclasses.replace(FAST, episodes_per_shard=2)
         compile_dataset(str(src), str(out), settings=settings, workers=1)
         _PAIR.append((src, out))
     return _PAIR[0]

@@ -24,8 +24,9 @@ pytest.importorskip("lerobot.datasets.lerobot_dataset", reason="needs the real L
 from lerobot.configs.video import RGBEncoderConfig  # noqa: E402
 from lerobot.datasets.lerobot_dataset import LeRobotDataset  # noqa: E402
 from support.datasets import codes  # noqa: E402
+from support.settings import FAST
 
-from roboreel.compile import CompileSettings, compile_dataset  # noqa: E402
+from roboreel.compile import compile_dataset  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
 from roboreel.synth.content import render_frame  # noqa: E402
 from roboreel.validate import validate  # noqa: E402
@@ -65,7 +66,7 @@ def _write(root: Path, *, depth_unit: str | None, episodes: int = 3, length: int
 
 
 def _compile(src: Path, out: Path, **kw):
-    settings = CompileSettings.for_tests().replace(**kw)
+    settings = FAST.replace(**kw)
     return compile_dataset(str(src), str(out), settings=settings, workers=1)
 
 

@@ -23,9 +23,10 @@ pytest.importorskip("lerobot.datasets.lerobot_dataset", reason="needs the real L
 from lerobot.configs.video import RGBEncoderConfig  # noqa: E402
 from lerobot.datasets.lerobot_dataset import LeRobotDataset  # noqa: E402
 from support.datasets import assert_same_sample  # noqa: E402
+from support.settings import FAST
 
 import roboreel  # noqa: E402
-from roboreel.compile import CompileSettings, compile_dataset  # noqa: E402
+from roboreel.compile import compile_dataset  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
 from roboreel.synth.content import render_frame  # noqa: E402
 from roboreel.validate import validate  # noqa: E402
@@ -87,7 +88,7 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("lerobot-dtypes")
     src, out = root / "src", root / "compiled"
     _record(src, REPO, fps=10)
-    settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2)
+    settings = dataclasses.replace(FAST, episodes_per_shard=2)
     compile_dataset(str(src), str(out), settings=settings, workers=1)
     return src, out
 
@@ -148,7 +149,7 @@ def test_fps_compile_stats_are_what_lerobot_records_at_that_fps(pair, tmp_path):
     computes them from the frames it is given, roboreel from the source's decoded frames."""
     src, _ = pair
     out, ref = tmp_path / "out5", tmp_path / "ref5"
-    compile_dataset(str(src), str(out), settings=CompileSettings.for_tests().replace(fps=5), workers=1)
+    compile_dataset(str(src), str(out), settings=FAST.replace(fps=5), workers=1)
     _record(ref, "local/dtypes5", fps=5, step=2)
     tabular = [k for k, f in json.loads((ref / "meta/info.json").read_text())["features"].items()
                if f["dtype"] not in ("video", "string")]

@@ -27,8 +27,9 @@ from lerobot.configs.video import RGBEncoderConfig  # noqa: E402
 from lerobot.datasets import LeRobotDataset  # noqa: E402
 from lerobot.datasets import dataset_tools as tools  # noqa: E402
 from support.datasets import assert_same_sample  # noqa: E402
+from support.settings import FAST
 
-from roboreel.compile import CompileSettings, compile_dataset  # noqa: E402
+from roboreel.compile import compile_dataset  # noqa: E402
 from roboreel.compile.floorcheck import psnr  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
 from roboreel.synth.content import render_frame  # noqa: E402
@@ -41,7 +42,7 @@ FEATURES = {**{c: {"dtype": "video", "shape": (h, w, 3), "names": ["height", "wi
             "observation.state": {"dtype": "float32", "shape": (3,), "names": None},
             "action": {"dtype": "float32", "shape": (2,), "names": None}}
 WINDOWS = {"action": [-0.1, 0.0, 0.1], TOP: [-0.2, 0.0], WRIST: [0.0, 0.1]}
-SETTINGS = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2)
+SETTINGS = dataclasses.replace(FAST, episodes_per_shard=2)
 H264 = RGBEncoderConfig(vcodec="h264", g=2, crf=18)
 
 

@@ -16,8 +16,9 @@ pytest.importorskip("lerobot.datasets.dataset_tools", reason="needs the real LeR
 
 from lerobot.datasets import LeRobotDataset  # noqa: E402
 from lerobot.datasets.dataset_tools import delete_episodes  # noqa: E402
+from support.settings import FAST
 
-from roboreel.compile import CompileSettings, compile_dataset  # noqa: E402
+from roboreel.compile import compile_dataset  # noqa: E402
 from roboreel.compile.floorcheck import psnr  # noqa: E402
 from roboreel.formats.manifest import load_manifest  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
@@ -30,7 +31,7 @@ FEATURES = {
     "observation.state": {"dtype": "float32", "shape": (2,), "names": None},
     "action": {"dtype": "float32", "shape": (2,), "names": None},
 }
-SETTINGS = CompileSettings.for_tests()
+SETTINGS = FAST
 
 
 def _record(ds: LeRobotDataset, first: int, count: int) -> None:

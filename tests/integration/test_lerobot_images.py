@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from support.settings import FAST
 
 pytest.importorskip("lerobot.datasets.language", reason="needs the real LeRobot (.ci/ci_lerobot.sh VENV)")
 
@@ -26,7 +27,7 @@ from lerobot_support import TINY_ACT, run_train  # noqa: E402
 
 import roboreel  # noqa: E402
 import roboreel.formats.manifest  # noqa: E402
-from roboreel.compile import CompileSettings, compile_dataset  # noqa: E402
+from roboreel.compile import compile_dataset  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
 from roboreel.synth import SynthConfig, synthesize  # noqa: E402
 from roboreel.synth.content import render_frame  # noqa: E402
@@ -85,7 +86,7 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
         ds.save_episode()
     ds.finalize()
     _annotate(src)
-    settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2, images="keep")
+    settings = dataclasses.replace(FAST, episodes_per_shard=2, images="keep")
     compile_dataset(str(src), str(out), settings=settings, workers=1)
     return src, out
 
@@ -177,7 +178,7 @@ def test_lerobot_train_runs_on_images_and_language(tmp_path, images):
     src, out = tmp_path / "src", tmp_path / "compiled"
     synthesize(src, SynthConfig(episodes=4, min_length=10, max_length=14, fps=10, height=48, width=64,
                                 cameras=(CAM,), use_videos=False, language=True))
-    compile_dataset(str(src), str(out), settings=dataclasses.replace(CompileSettings.for_tests(), images=images),
+    compile_dataset(str(src), str(out), settings=dataclasses.replace(FAST, images=images),
                     workers=1)
     run = run_train([*TINY_ACT, f"--dataset.root={out}", "--dataset.repo_id=local/synth-images", "--batch_size=4",
                      "--num_workers=2", "--steps=2", "--log_freq=1", "--seed=1", f"--output_dir={tmp_path / 'out'}",
@@ -199,7 +200,7 @@ def clips(pair, tmp_path_factory) -> Path:
     depth images (which no RGB clip carries) stay encoded."""
     src, _ = pair
     out = tmp_path_factory.mktemp("lerobot-image-clips") / "compiled"
-    settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=2)  # clips: the default
+    settings = dataclasses.replace(FAST, episodes_per_shard=2)  # clips: the default
     report = compile_dataset(str(src), str(out), settings=settings, workers=1)
     assert list(report.images_kept) == [DEPTH_MM, DEPTH_M] and "image feature" in report.summary()
     return out

@@ -18,8 +18,9 @@ pytest.importorskip("lerobot.datasets.lerobot_dataset", reason="needs the real L
 
 from lerobot.datasets.lerobot_dataset import LeRobotDataset  # noqa: E402
 from lerobot_support import TINY_ACT, run_train  # noqa: E402
+from support.settings import FAST
 
-from roboreel.compile import CompileSettings, compile_dataset  # noqa: E402
+from roboreel.compile import compile_dataset  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
 from roboreel.synth.content import render_frame  # noqa: E402
 
@@ -56,7 +57,7 @@ def robots(tmp_path_factory):
     outs = []
     for src in srcs:
         out = base / f"{src.name}-compiled"
-        compile_dataset(str(src), str(out), settings=dataclasses.replace(CompileSettings.for_tests(),
+        compile_dataset(str(src), str(out), settings=dataclasses.replace(FAST,
                                                                          episodes_per_shard=2), workers=1)
         outs.append(out)
     return srcs, outs

@@ -41,6 +41,7 @@ from lerobot.datasets.factory import resolve_delta_timestamps  # noqa: E402
 from lerobot.policies.act.configuration_act import ACTConfig  # noqa: E402
 from lerobot.utils.feature_utils import dataset_to_policy_features  # noqa: E402
 from support.datasets import assert_same_sample  # noqa: E402
+from support.settings import FAST
 from torchvision.transforms.v2 import InterpolationMode, Resize  # noqa: E402
 
 from roboreel.cli import main as roboreel_main  # noqa: E402
@@ -66,7 +67,7 @@ def pair(tmp_path_factory):
     src, out = root / "src", root / "out"
     synthesize(src, SynthConfig(episodes=3, min_length=11, max_length=16, fps=20, height=256, width=256,
                                 cameras=(CAM,), video_files_size_in_mb=0.2))
-    settings = CompileSettings.for_tests().replace(resize=(128, 128), fps=10)
+    settings = FAST.replace(resize=(128, 128), fps=10)
     compile_dataset(str(src), str(out), settings=settings, workers=1)
     return src, out
 

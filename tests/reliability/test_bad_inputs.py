@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support.settings import FAST
 
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.cli import main
-from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.compile import compile_dataset
 from roboreel.formats.errors import RoboreelError, SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import load_manifest
@@ -28,7 +29,7 @@ from roboreel.validate import validate
 from . import damage as D
 from .trees import assert_same_tree, temp_files
 
-TEST = CompileSettings.for_tests()
+TEST = FAST
 CLI_COMPILE = ["--workers", "1", "--no-progress", "--preset", "ultrafast", "--episodes-per-shard", "2"]
 
 

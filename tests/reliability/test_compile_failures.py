@@ -6,8 +6,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from support.settings import FAST
 
-from roboreel.compile import CompileSettings, compile_dataset
+from roboreel.compile import compile_dataset
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import MANIFEST_NAME, load_manifest
@@ -16,7 +17,7 @@ from roboreel.validate import validate
 from . import damage as D
 from .trees import assert_same_tree, temp_files, trusted_files_are_whole
 
-TEST = CompileSettings.for_tests()  # 2 episodes per shard: small_source gives shards [0,1] [2,3] [4,5] [6,7]
+TEST = FAST  # 2 episodes per shard: small_source gives shards [0,1] [2,3] [4,5] [6,7]
 
 
 def test_failure_in_a_resumed_compile_keeps_only_whole_shards(small_source, small_compiled, copy_of, tmp_path):

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from roboreel.synth import read
+from support.settings import FAST
 
 _SOURCES: dict[tuple, Path] = {}
 _COMPILED: dict[tuple, Path] = {}
@@ -40,13 +41,13 @@ def compiled_pair(tmp_path_factory: Any, *, episodes_per_shard: int = 2, compile
                   **overrides: Any) -> tuple[Path, Path]:
     """``(source, compiled)`` for SMALL-with-overrides compiled with test settings, ``episodes_per_shard`` and
     ``compile_options`` (CompileSettings fields)."""
-    from roboreel.compile import CompileSettings, compile_dataset
+    from roboreel.compile import compile_dataset
 
     src = source(tmp_path_factory, **overrides)
     key = (_key(overrides), episodes_per_shard, _key(compile_options or {}))
     if key not in _COMPILED:
         out = tmp_path_factory.mktemp("reader-compiled") / "compiled"
-        settings = dataclasses.replace(CompileSettings.for_tests(), episodes_per_shard=episodes_per_shard,
+        settings = dataclasses.replace(FAST, episodes_per_shard=episodes_per_shard,
                                        **(compile_options or {}))
         compile_dataset(str(src), str(out), settings=settings, workers=1)
         _COMPILED[key] = out

@@ -223,14 +223,6 @@ def epoch_order(sel: Selection, *, seed: int, epoch: int, shuffle: bool) -> list
     return shard_order(len(sel.shards), seed=seed, epoch=epoch, shuffle=shuffle)
 
 
-def epoch_slices(manifest: Manifest, *, seed: int, epoch: int, shuffle: bool,
-                 episodes: Iterable[int] | None = None) -> list[Slice]:
-    """Every selected shard's slice in the epoch's order (O(episodes): for tests and tools)."""
-    sel = selection(manifest, episodes)
-    return [shard_slice(manifest, sel, int(sel.shards[i]))
-            for i in epoch_order(sel, seed=seed, epoch=epoch, shuffle=shuffle)]
-
-
 def rank_samples(total: int, world_size: int, split_options: SplitOptions = SplitOptions()) -> list[int]:
     """Samples every rank emits per epoch out of ``total``."""
     return rank_quotas(total, world_size, equal_steps=split_options.equal(world_size))
