@@ -23,20 +23,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
 
 from roboreel.formats.depth import OUTPUT_UNIT, is_depth
 from roboreel.formats.index import FileIndex
 from roboreel.formats.manifest import Manifest, load_manifest
-from roboreel.reader.consumer import Position, run_consumer
-from roboreel.reader.decode.forksafe import isolate_inherited_heap
-from roboreel.reader.decode.heap import pin_mmap_threshold
+from roboreel.reader.consumer import run_consumer
 from roboreel.reader.decode.idle_policy import IdlePolicy, camera_lanes, idle_bytes_needed
 from roboreel.reader.decode.images import ImageClips
-from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.decode.routing import resolve_decode_device
 from roboreel.reader.depth import depth_cameras
-from roboreel.reader.epochs import EpochState
 from roboreel.reader.fetch.source import Store, retrying
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.mixture import MIXTURE_ONLY, build_mixture
@@ -49,19 +44,16 @@ from roboreel.reader.plan.epoch import (
     SplitOptions,
     World,
     consumer_slices,
-    detect_rank,
-    detect_worker,
-    rank_samples,
     selection,
     stream_arrays,
     uneven_split_message,
-    worker_quotas,
 )
 from roboreel.reader.plan.frames import frame_offsets
 from roboreel.reader.plan.shuffled import DEFAULT_SPREAD, MAX_RUNS, make_schedule
 from roboreel.reader.plan.windows import delta_offsets
 from roboreel.reader.random_access import RandomAccess
 from roboreel.reader.stats import SharedCounters
+from roboreel.reader.stream import StreamCore
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +67,7 @@ def _check_transforms(image_transforms: Any) -> None:
         raise ValueError("image_transforms must be callable or None")
 
 
-class CompiledDataset(EpochState, IterableDataset):
+class CompiledDataset(StreamCore):
     """Stream a compiled roboreel dataset into training; samples match ``LeRobotDataset.__getitem__``.
 
     Args:
@@ -273,10 +265,6 @@ class CompiledDataset(EpochState, IterableDataset):
         """Selected episodes (LeRobotDataset.num_episodes)."""
         return self.manifest.num_episodes if self.episodes is None else len(self.episodes)
 
-    def _world(self, worker: int = 0, num_workers: int = 1) -> World:
-        rank, world_size = detect_rank(self.rank, self.world_size)
-        return World(rank, world_size, worker, num_workers)
-
     @property
     def selection(self) -> Selection:
         """The shards and frames this dataset reads (shard-level arrays; computed once per process)."""
@@ -296,26 +284,8 @@ class CompiledDataset(EpochState, IterableDataset):
         return consumer_slices(self.manifest, world, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
                                episodes=self.episodes, split_options=self.split_options, sel=self.selection)
 
-    def __len__(self) -> int:
-        """Samples this rank emits per epoch (all its workers together): exactly what iterating yields. With
-        ``batch_size`` given, ``len(DataLoader(ds, batch_size=...))`` is exact for any number of workers."""
-        world = self._world()
-        return self.rank_samples()[world.rank]
-
-    def rank_samples(self, *, epoch: int | None = None) -> list[int]:
-        """Samples every rank emits per epoch (the same every epoch: quotas depend on the total only). Equal with
-        ``equal_steps`` (the default when world_size > 1), so DDP ranks take the same number of steps and none
-        waits forever. ``epoch`` is accepted for symmetry with ``worker_samples``."""
-        return rank_samples(self.selection.total, self._world().world_size, self.split_options)
-
-    def dropped_samples(self) -> int:
-        """Samples of the epoch that no rank emits: ``N mod world_size`` with equal steps, else 0 (docs/reader.md)."""
-        return self.selection.total - sum(self.rank_samples())
-
-    def worker_samples(self, num_workers: int, *, epoch: int | None = None) -> list[int]:
-        """Samples each of this rank's ``num_workers`` DataLoader workers emits per epoch."""
-        k = max(1, num_workers)
-        return worker_quotas(len(self), k, batch_size=self.split_options.batch_size)
+    def _epoch_samples(self) -> int:
+        return self.selection.total
 
     # -- map-style access -------------------------------------------------------------------------------
     def __getitem__(self, i: int) -> dict[str, Any]:
@@ -327,47 +297,20 @@ class CompiledDataset(EpochState, IterableDataset):
         return self._access.sample(i)
 
     # -- iteration --------------------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        if self.decode_device != "cpu":
-            raise RuntimeError(
-                f"CompiledDataset(decode=DecodeOptions(device={self.decode_device!r})) decodes batches on the GPU "
-                "in the main process: read it with roboreel.loader(dataset, batch_size=..., num_workers=...) "
-                "(docs/gpu.md). Iterating it directly or through a torch DataLoader would decode in DataLoader workers, where "
-                "CUDA cannot be used")
-        return self._iterate(deferred=False)
-
-    def iter_pending(self) -> Iterator[PendingSample]:
-        """The same stream as ``iter()``, undecoded: compressed pending samples (a clip's bytes ride with its first
-        reference only, deferred.ship_once), for ``roboreel.loader``'s decode stage. Any decode_device."""
-        return self._iterate(deferred=True)
-
-    def _iterate(self, *, deferred: bool) -> Iterator[Any]:
-        isolate_inherited_heap()  # first thing in a forked worker: see forksafe.py
-        if not deferred:  # this process decodes (roboreel.loader's process sets its own threshold)
-            pin_mmap_threshold()  # a flat C heap over many epochs: see heap.py
-        epoch = self._next_epoch()
-        worker, num_workers = detect_worker()
-        world = self._world(worker, num_workers)
-        skip, stream = self._take_resume(world, epoch)
-        proc_worker = world.worker
-        world = World(world.rank, world.world_size, stream, world.num_workers)  # the stream this worker serves
+    def _consume(self, epoch: int, world: World, skip: int, row: int, *, deferred: bool) -> Iterator[Any]:
         slices = self._slices(world, epoch)
         if world.consumer == 0:
             msg = uneven_split_message(len(self.selection.shards), world)
             if msg and self._counters.first_time(_FLAG_UNEVEN):
                 logger.warning(msg)
-        lengths = self.manifest.lengths
-        order, sizes, starts, stops = stream_arrays(slices, lengths)
+        order, sizes, starts, stops = stream_arrays(slices, self.manifest.lengths)
         schedule = make_schedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
                                  pool_size=self.episode_pool_size,
                                  shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=world.rank,
                                  worker=world.worker, frame_order=self.frame_order, segment=self.segment,
                                  spread=self.spread, near=near_offsets(self.fps))
-        if skip > schedule.total:
-            raise ValueError(f"resume position {skip} is past this worker's {schedule.total} samples")
+        position = self._start(epoch, world, skip, schedule.total)
         schedule.skip(skip)
-        self._position = position = Position(epoch, world, skip)
-        row = 1 + proc_worker if get_worker_info() is not None else 0  # this process's row of the counters
         return run_consumer(self, schedule, slices, position, row, self._counters, deferred=deferred)
 
     # -- resume -----------------------------------------------------------------------------------------
@@ -379,12 +322,3 @@ class CompiledDataset(EpochState, IterableDataset):
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
             "layout": self.manifest.fingerprint(),
         }
-
-    # -- observability ----------------------------------------------------------------------------------
-    def stats(self) -> dict[str, float | int]:
-        """Counters summed over this process and every DataLoader worker so far (decode/fetch seconds, bytes,
-        decoder opens/reuses, ...). ``reset_stats()`` zeroes them."""
-        return {**self._counters.totals(), "dropped_samples": self.dropped_samples()}
-
-    def reset_stats(self) -> None:
-        self._counters.reset()

@@ -108,4 +108,4 @@ class EpochState:
     def _take_resume(self, world: World, epoch: int) -> tuple[int, int]:
         """(samples to skip, worker stream to serve) for this process's worker in ``epoch``."""
         state, self._resume = self._resume, None
-        return resume_point(state, world, epoch, lambda k: self.worker_samples(k, epoch=epoch))
+        return resume_point(state, world, epoch, self.worker_samples)

@@ -26,7 +26,6 @@ from os import PathLike
 from typing import Any
 
 import numpy as np
-from torch.utils.data import IterableDataset, get_worker_info
 
 from roboreel.formats.merge import MixtureMismatch, merge_tasks
 from roboreel.reader.blank import blank_clip
@@ -37,28 +36,22 @@ from roboreel.reader.canonical_samples import (
     canonical_specs,
     member_samples,
 )
-from roboreel.reader.consumer import MemberStream, Position, run_members
-from roboreel.reader.decode.forksafe import isolate_inherited_heap
-from roboreel.reader.decode.heap import pin_mmap_threshold
+from roboreel.reader.consumer import MemberStream, run_members
 from roboreel.reader.decode.idle_policy import IdlePolicy
 from roboreel.reader.decode.images import ImageClips
 from roboreel.reader.decode.requests import PendingSample
-from roboreel.reader.epochs import EpochState
 from roboreel.reader.mixture_meta import MixtureMeta
 from roboreel.reader.mixture_windows import member_windows
 from roboreel.reader.normalize import check_modes
 from roboreel.reader.order import near_offsets
 from roboreel.reader.plan.epoch import (
     World,
-    detect_rank,
-    detect_worker,
-    rank_samples,
     stream_arrays,
-    worker_quotas,
 )
 from roboreel.reader.plan.mixture import MixturePlan, member_slices, skip_counts
 from roboreel.reader.plan.shuffled import make_schedule
 from roboreel.reader.stats import SharedCounters
+from roboreel.reader.stream import StreamCore
 
 logger = logging.getLogger(__name__)
 _NOT_NUMERIC = ("video", "image", "string")
@@ -124,7 +117,7 @@ def _needed(policies: Sequence[IdlePolicy], *, budget: int) -> int:
     return sum(int(p.need(budget=budget)) for p in policies)
 
 
-class MixtureDataset(EpochState, IterableDataset):
+class MixtureDataset(StreamCore):
     """Several compiled datasets as one stream of samples (see the module doc and docs/reader.md, "Mixtures").
 
     Args:
@@ -277,23 +270,8 @@ class MixtureDataset(EpochState, IterableDataset):
         """Draws of each member per epoch (all ranks together)."""
         return [int(q) for q in self.plan.quotas]
 
-    def _world(self, worker: int = 0, num_workers: int = 1) -> World:
-        rank, world_size = detect_rank(self.rank, self.world_size)
-        return World(rank, world_size, worker, num_workers)
-
-    def __len__(self) -> int:
-        """Samples this rank emits per epoch (all its workers together)."""
-        return self.rank_samples()[self._world().rank]
-
-    def rank_samples(self, *, epoch: int | None = None) -> list[int]:
-        """Samples every rank emits per epoch: equal with ``equal_steps`` (the default when world_size > 1)."""
-        return rank_samples(self.plan.size, self._world().world_size, self.split_options)
-
-    def dropped_samples(self) -> int:
-        return self.plan.size - sum(self.rank_samples())
-
-    def worker_samples(self, num_workers: int, *, epoch: int | None = None) -> list[int]:
-        return worker_quotas(len(self), max(1, num_workers), batch_size=self.split_options.batch_size)
+    def _epoch_samples(self) -> int:
+        return self.plan.size
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         """Refused: a mixture's samples are weighted draws, with no file order to index; index a member."""
@@ -301,16 +279,6 @@ class MixtureDataset(EpochState, IterableDataset):
                         "index one member, CompiledDataset(path)[i], or iterate the mixture")
 
     # -- iteration --------------------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        if self.decode_device != "cpu":
-            raise RuntimeError(f"a mixture decoding on {self.decode_device!r} decodes on the GPU in the main "
-                               "process: read it with roboreel.loader(dataset, batch_size=..., ...) (docs/gpu.md)")
-        return self._iterate(deferred=False)
-
-    def iter_pending(self) -> Iterator[PendingSample]:
-        """The same stream, undecoded (for ``roboreel.loader``), as ``CompiledDataset.iter_pending``."""
-        return self._iterate(deferred=True)
-
     def member_samples_maker(self, k: int) -> MemberSamples | None:
         """What makes member ``k``'s samples canonical (None: nothing to do), made once per process."""
         if self._samples is None:
@@ -318,19 +286,9 @@ class MixtureDataset(EpochState, IterableDataset):
                              [member_samples(self, i) for i in range(len(self.members))])
         return self._samples[k] if self._samples else None
 
-    def _iterate(self, *, deferred: bool) -> Iterator[Any]:
-        isolate_inherited_heap()
-        if not deferred:
-            pin_mmap_threshold()
-        epoch = self._next_epoch()
-        worker, num_workers = detect_worker()
-        world = self._world(worker, num_workers)
-        skip, stream = self._take_resume(world, epoch)
-        proc_worker = world.worker
-        world = World(world.rank, world.world_size, stream, world.num_workers)
+    def _consume(self, epoch: int, world: World, skip: int, row: int, *, deferred: bool) -> Iterator[Any]:
         draws, before = self.plan.consumer_draws(epoch, world, self.split_options)
-        if skip > len(draws):
-            raise ValueError(f"resume position {skip} is past this worker's {len(draws)} samples")
+        position = self._start(epoch, world, skip, len(draws))
         counts = np.bincount(draws, minlength=len(self.members))
         done = skip_counts(draws, skip, len(self.members))
         streams: list[MemberStream | None] = []
@@ -351,8 +309,6 @@ class MixtureDataset(EpochState, IterableDataset):
             streams.append(MemberStream(ds, schedule, slices, stream=world.consumer, stride=world.consumers,
                                         shard_prefix=f"{ds.url.rstrip('/')}/", tabular_keys=list(cm.tabular),
                                         camera_keys=list(cm.cameras)))
-        self._position = position = Position(epoch, world, skip)
-        row = 1 + proc_worker if get_worker_info() is not None else 0
         live = [s for s in streams if s is not None]
         return run_members(self, live, self._draw(draws[skip:], streams), position, row, self._counters,
                            deferred=deferred)
@@ -383,11 +339,3 @@ class MixtureDataset(EpochState, IterableDataset):
             "pool_sizes": self.pool_sizes.tolist(), "frame_order": self.frame_order, "spread": self.spread,
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
         }
-
-    # -- observability ----------------------------------------------------------------------------------
-    def stats(self) -> dict[str, float | int]:
-        """Counters summed over this process and every DataLoader worker so far, as ``CompiledDataset.stats``."""
-        return {**self._counters.totals(), "dropped_samples": self.dropped_samples()}
-
-    def reset_stats(self) -> None:
-        self._counters.reset()
