@@ -6,6 +6,8 @@ import csv
 import json
 import subprocess
 
+from test_reader_decoder_cache import _epochs
+
 from roboreel.bench.soak import SoakConfig, growth_after_warmup, soak
 from roboreel.reader import CompiledDataset, DecodeOptions
 from roboreel.reader.decode.decoder_cache import process_cache
@@ -13,14 +15,7 @@ from roboreel.reader.decode.decoder_cache import process_cache
 
 def _lanes(compiled, epochs: int) -> list[int]:
     """Decoders a reader without the cache opens in each epoch: one per clip and lane that epoch's plan names."""
-    ds = CompiledDataset(str(compiled), decode=DecodeOptions(idle_decoders_mb=0))
-    out = []
-    for e in range(epochs):
-        ds.set_epoch(e)
-        before = ds.stats()["decoder_opens"]
-        sum(1 for _ in ds)
-        out.append(ds.stats()["decoder_opens"] - before)
-    return out
+    return _epochs(CompiledDataset(str(compiled), decode=DecodeOptions(idle_decoders_mb=0)), epochs)[1]
 
 
 def test_soak_records_every_epoch_and_writes_json_and_csv(small_compiled, tmp_path):
