@@ -71,7 +71,7 @@ def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def _pair(row: dict[str, Any], key: str) -> str:
+def order_cell(row: dict[str, Any], key: str) -> str:
     """An order figure with uniform sampling's beside it: "11.3 (17.9)"."""
     uniform = row.get("uniform_" + key)
     return _fmt(row.get(key), ".1f") + ("" if uniform is None else f" ({uniform:.1f})")
@@ -94,7 +94,7 @@ def markdown_table(rows: list[dict[str, Any]], *, baseline: str = "reference") -
             + (f"{_fmt(r.get('x_lerobot'), '.1f')} | " if lerobot else "") +
             f"{_fmt(r['first_batch_s'], '.2f')} | {_fmt(r['latency_p50_ms'], '.1f')} | "
             f"{_fmt(r['latency_p99_ms'], '.1f')} | {_fmt(r['peak_rss_mb'], '.0f')} | "
-            f"{_pair(r, 'distinct_episodes_per_batch')} | {_pair(r, 'near_duplicate_pairs_per_batch')} | "
+            f"{order_cell(r, 'distinct_episodes_per_batch')} | {order_cell(r, 'near_duplicate_pairs_per_batch')} | "
             f"{_fmt(r.get('cpu_ms_per_sample'), '.2f')} |"
             + (f" {_fmt(r.get('gpu_max_allocated_mb'), '.0f')} | {_fmt(r.get('gpu_max_reserved_mb'), '.0f')} |"
                if gpu else "")

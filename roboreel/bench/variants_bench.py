@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from roboreel.bench.external import run_external
+from roboreel.bench.report import ORDER_FIELDS, order_cell
 from roboreel.bench.runner import RunConfig
 from roboreel.compile import CompileSettings, compile_dataset
 
@@ -79,14 +80,10 @@ def variants_benchmark(source: str, variants: dict[str, CompileSettings], *, out
             "compile": comp, "compile_runs": compiles, "samples_per_s": med, "order": order, "runs": runs}
 
 
-_ORDER_KEYS = ("distinct_episodes_per_batch", "uniform_distinct_episodes_per_batch", "near_duplicate_pairs_per_batch",
-               "uniform_near_duplicate_pairs_per_batch")
-
-
 def _order(runs: list[dict[str, Any]]) -> dict[str, float | None]:
     """Medians of a variant's order figures over its rounds (None where a run has none)."""
     return {k: statistics.median(vs) if (vs := [r[k] for r in runs if r.get(k) is not None]) else None
-            for k in _ORDER_KEYS}
+            for k in ORDER_FIELDS}
 
 
 def resize_benchmark(source: str, *, size: tuple[int, int], out: Path, cfg: RunConfig, repeats: int = 3,
@@ -130,13 +127,6 @@ def markdown(result: dict[str, Any]) -> str:
     for name, v in sps.items():
         o = result.get("order", {}).get(name, {})
         lines.append(f"| {name} | {v:.0f} | {v / first:.2f} | " + (f"{v / lerobot:.1f} | " if lerobot else "- | ")
-                     + f"{_pair(o, 'distinct_episodes_per_batch')} | {_pair(o, 'near_duplicate_pairs_per_batch')} |")
+                     + f"{order_cell(o, 'distinct_episodes_per_batch')} | {order_cell(o, 'near_duplicate_pairs_per_batch')} |")
     return "\n".join(lines)
 
-
-def _pair(order: dict[str, float | None], key: str) -> str:
-    """"measured (uniform)" for a table cell; "-" without the figure."""
-    got, uniform = order.get(key), order.get(f"uniform_{key}")
-    if got is None:
-        return "-"
-    return f"{got:.1f}" + (f" ({uniform:.1f})" if uniform is not None else "")
