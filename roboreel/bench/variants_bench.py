@@ -129,4 +129,3 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {name} | {v:.0f} | {v / first:.2f} | " + (f"{v / lerobot:.1f} | " if lerobot else "- | ")
                      + f"{order_cell(o, 'distinct_episodes_per_batch')} | {order_cell(o, 'near_duplicate_pairs_per_batch')} |")
     return "\n".join(lines)
-

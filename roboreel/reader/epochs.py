@@ -1,6 +1,6 @@
 """Which epoch (and resume point) a dataset's next iteration reads, in this process and in persistent DataLoader
 workers, and the resume state that says so: ``EpochState``, shared by ``CompiledDataset`` and ``MixtureDataset``
-(each gives ``_stream_id``, ``_world`` and ``worker_samples``).
+(their ``StreamCore``, stream.py, gives ``_world`` and ``worker_samples``; each dataset its ``_stream_id``).
 
 Why one place: the rules are subtle and must be the same for both. ``set_epoch`` / ``load_state_dict`` in the
 main process post the epoch and resume point on an ``EpochBoard`` (plan/board.py) that persistent workers read
