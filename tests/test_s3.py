@@ -140,6 +140,7 @@ def test_connection_reset_mid_shard_is_retried_and_the_epoch_is_exact(endpoint, 
     assert ds.stats()["retries"] == (1 if s3fs_retries == 1 else 0)
 
 
+@pytest.mark.slow  # ~16 s: CI's slow stage runs it, beside the local bench's own test
 def test_bench_read_over_s3_beside_local(small_source, small_compiled, tmp_path):
     """``roboreel bench read --s3``: the compiled readers also read from a loopback S3 server of the bench's own
     (the source readers stay local), in isolated processes that reach it through the AWS variables, and the table

@@ -33,7 +33,7 @@ from roboreel.formats.manifest import MANIFEST_NAME
 from .trees import assert_same_tree, temp_files, trusted_files_are_whole
 
 EPISODES = 10  # one shard each
-CI_KILLS = 5
+CI_KILLS = 2  # the default part's kills; the slow stage's full sweep has 24
 FULL_PARTS = 4  # the full sweep's kills, in parts run side by side
 
 

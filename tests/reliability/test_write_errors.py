@@ -47,6 +47,7 @@ def reference(small_source, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # ~25 s: CI's slow stage runs it
 def test_a_full_disk_at_any_point_fails_in_one_line_and_a_rerun_finishes(small_source, reference, tmp_path):
     need = sum(p.stat().st_size for p in reference.rglob("*") if p.is_file())
     mnt, failures = tmp_path / "mnt", []
