@@ -16,6 +16,9 @@ heap settings and call size:
   stage's own ``copy_frame`` (what the contract's contiguous CPU batches cost);
 - ``lanes``: the default order's pattern (``frame_order="shuffled"``): each thread keeps ``--open`` decoders
   going at once and decodes one frame of each in turn, every decoder moving forward; ``lanes+chw`` with the copy.
+- ``buffered``: the same order from decoded runs: each thread keeps ``--open`` GOP runs open, each decoded whole
+  in one call when it opens (one decoder per clip), and takes one frame of a run drawn at random at a time, so the
+  frames wait in memory until drawn; ``buffered+chw`` with the copy (from memory the decode left long ago).
 
 The last two are a bound no loader built on torchcodec's CPU decoder can beat: decode in the order a shuffling
 loader must use, and the one copy its output layout needs, with no workers, no stage and no Python beyond the calls.
@@ -34,8 +37,10 @@ import statistics
 import sys
 import threading
 import time
+from typing import Any
 
-PATTERNS = ("sequential", "runs", "interleaved", "interleaved+hwc", "interleaved+chw", "lanes", "lanes+chw")
+PATTERNS = ("sequential", "runs", "interleaved", "interleaved+hwc", "interleaved+chw", "lanes", "lanes+chw",
+            "buffered", "buffered+chw")
 _BATCH = 16  # slots of the batch array the copies rotate through
 
 
@@ -67,6 +72,8 @@ def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: in
         batch = np.empty((_BATCH, 3, h, w) if layout == "chw" else (_BATCH, h, w, 3), dtype=np.uint8)
     plans = [_plan(d.metadata.num_frames or 0, gop, shuffle=pattern != "sequential", seed=seed + i)
              for i, d in enumerate(decoders)]
+    if pattern.startswith("buffered"):
+        return _buffered(decoders, plans, batch, open_runs=open_decoders, seed=seed, call_frames=call_frames)
     order: list[tuple[int, list[int]]] = []
     if pattern.startswith("lanes"):  # groups of ``open_decoders``, one frame of each in turn
         call_frames = 1
@@ -90,6 +97,33 @@ def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: in
                     n += 1
             else:
                 n += len(data)
+    return n
+
+
+def _buffered(decoders: list, plans: list[list[list[int]]], batch: Any, *, open_runs: int, seed: int,
+              call_frames: int) -> int:
+    """``buffered``: whole runs decoded as they open (calls of ``call_frames``), their frames drawn one at a time
+    at random."""
+    from roboreel.reader.decode.pixels import copy_frame
+
+    rng = random.Random(seed)
+    todo = [(i, run) for i, p in enumerate(plans) for run in p]
+    rng.shuffle(todo)
+    live: list[list[Any]] = []
+    n = 0
+    while todo or live:
+        while todo and len(live) < open_runs:
+            i, run = todo.pop()
+            live.append([f for j in range(0, len(run), call_frames)
+                         for f in decoders[i].get_frames_at(run[j:j + call_frames]).data])
+        k = rng.randrange(len(live))
+        frame = live[k].pop()
+        if batch is not None:
+            copy_frame(frame.numpy(), batch[n % _BATCH])
+        n += 1
+        if not live[k]:
+            live[k] = live[-1]
+            live.pop()
     return n
 
 
@@ -120,7 +154,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3, help="alternated rounds; medians reported")
     p.add_argument("--copies", type=int, default=2, help="decode the clip set this many times per round")
-    p.add_argument("--open", type=int, default=48, help="decoders one thread keeps going at once in ``lanes``")
+    p.add_argument("--open", type=int, default=48, help="decoders (``lanes``) or runs (``buffered``) one thread keeps going at once")
     args = p.parse_args()
     import torch
 
