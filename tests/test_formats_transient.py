@@ -16,7 +16,14 @@ from support.httpserver import Faults, FaultyServer
 
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
-from roboreel.formats.transient import Retry, RetryingFile, is_transient
+from roboreel.formats.transient import (
+    DEFAULT_BACKOFF_S,
+    DEFAULT_RETRIES,
+    MAX_DELAY_S,
+    Retry,
+    RetryingFile,
+    is_transient,
+)
 
 _INFO = aiohttp.RequestInfo(url="http://x", method="GET", headers={}, real_url="http://x")
 
@@ -57,6 +64,22 @@ def test_http_errors_of_other_clients_are_classified_by_status():
         request = httpx.Request("GET", "https://huggingface.co/x")
         assert is_transient(hub.HfHubHTTPError("busy", response=httpx.Response(503, request=request)))
         assert not is_transient(hub.HfHubHTTPError("gone", response=httpx.Response(404, request=request)))
+
+
+def test_retry_checks_its_budget_and_doubles_its_delay_up_to_the_cap():
+    assert Retry() == Retry(DEFAULT_RETRIES, DEFAULT_BACKOFF_S)
+    for bad, match in (((-1, 0.1), "retries must be an integer >= 0, got -1"),
+                       ((True, 0.1), "retries must be an integer >= 0, got True"),
+                       ((2.0, 0.1), "retries must be an integer >= 0, got 2.0"),
+                       ((2, -0.1), "backoff_s must be a number >= 0, got -0.1"),
+                       ((2, float("nan")), "backoff_s must be a number >= 0, got nan"),
+                       ((2, "0.1"), "backoff_s must be a number >= 0")):
+        with pytest.raises(ValueError, match=match):
+            Retry(*bad)
+    retry = Retry(retries=3, backoff_s=0.5)
+    assert [retry.delay(k) for k in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 4.0]
+    assert Retry(backoff_s=1.0).delay(30) == MAX_DELAY_S
+    assert Retry(0, 0).delay(1) == 0
 
 
 def _files(root) -> tuple[str, str]:
