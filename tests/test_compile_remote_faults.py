@@ -26,7 +26,7 @@ from roboreel.compile.decode import SourceVideo
 from roboreel.formats.errors import SourceError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import MANIFEST_NAME
-from roboreel.formats.transient import RetryingFile
+from roboreel.formats.transient import Retry, RetryingFile
 
 TEST = FAST  # 2 episodes per shard: small_source gives shards [0,1] [2,3] [4,5] [6,7]
 
@@ -113,7 +113,7 @@ def test_a_video_failing_mid_file_is_reported_as_a_read_error_not_as_bad_data(so
                           cameras=(cam,), video_files_size_in_mb=10)  # one mp4 of ~64 KB: FFmpeg reads 32 KB at a time
     with FaultyServer(root) as server:
         # fsspec reads 4 KiB per GET (its default, 5 MB, would fetch the whole file at once)
-        src = LeRobotSource(server.url, storage_options={"block_size": 4096}, retries=1, backoff_s=0.001)
+        src = LeRobotSource(server.url, storage_options={"block_size": 4096}, retry=Retry(1, 0.001))
         spans = [(e.index, e.videos[cam]) for e in src.episodes]
         rel = spans[0][1].path
         assert {s.path for _, s in spans} == {rel} and (root / rel).stat().st_size > 48 << 10
@@ -157,8 +157,8 @@ class _SwallowingFile(RetryingFile):
 class _SwallowingSource(LeRobotSource):
     def open(self, rel, mode="rb", *, episode=None, **kwargs):
         fs, path = self.fs, self.path(rel)
-        return _SwallowingFile(lambda: fs.open(path, mode, **kwargs), rel=rel, retries=self.retries,
-                               backoff_s=self.backoff_s, error=SourceReadError, episode=episode)
+        return _SwallowingFile(lambda: fs.open(path, mode, **kwargs), rel=rel, retry=self.retry,
+                               error=SourceReadError, episode=episode)
 
 
 @pytest.mark.parametrize("when", ["opening", "mid-span", "after-seek"])
@@ -176,7 +176,7 @@ def test_a_read_error_ffmpeg_swallows_is_reported_not_the_bad_video_it_leaves(so
     first, then = {"opening": (None, 1), "mid-span": (0, 1), "after-seek": (2, 0)}[when]
     decoded: list[int] = []
     with FaultyServer(root) as server:
-        src = _SwallowingSource(server.url, storage_options={"block_size": 4096}, retries=1, backoff_s=0.001)
+        src = _SwallowingSource(server.url, storage_options={"block_size": 4096}, retry=Retry(1, 0.001))
         spans = {e.index: e.videos[cam] for e in src.episodes}
         rel = spans[0].path
         with pytest.raises(SourceReadError, match=r"kept failing \(2 attempts\)") as err:

@@ -16,7 +16,14 @@ from support.httpserver import Faults, FaultyServer
 
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
-from roboreel.formats.transient import RetryingFile, is_transient
+from roboreel.formats.transient import (
+    DEFAULT_BACKOFF_S,
+    DEFAULT_RETRIES,
+    MAX_DELAY_S,
+    Retry,
+    RetryingFile,
+    is_transient,
+)
 
 _INFO = aiohttp.RequestInfo(url="http://x", method="GET", headers={}, real_url="http://x")
 
@@ -59,6 +66,22 @@ def test_http_errors_of_other_clients_are_classified_by_status():
         assert not is_transient(hub.HfHubHTTPError("gone", response=httpx.Response(404, request=request)))
 
 
+def test_retry_checks_its_budget_and_doubles_its_delay_up_to_the_cap():
+    assert Retry() == Retry(DEFAULT_RETRIES, DEFAULT_BACKOFF_S)
+    for bad, match in (((-1, 0.1), "retries must be an integer >= 0, got -1"),
+                       ((True, 0.1), "retries must be an integer >= 0, got True"),
+                       ((2.0, 0.1), "retries must be an integer >= 0, got 2.0"),
+                       ((2, -0.1), "backoff_s must be a number >= 0, got -0.1"),
+                       ((2, float("nan")), "backoff_s must be a number >= 0, got nan"),
+                       ((2, "0.1"), "backoff_s must be a number >= 0")):
+        with pytest.raises(ValueError, match=match):
+            Retry(*bad)
+    retry = Retry(retries=3, backoff_s=0.5)
+    assert [retry.delay(k) for k in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 4.0]
+    assert Retry(backoff_s=1.0).delay(30) == MAX_DELAY_S
+    assert Retry(0, 0).delay(1) == 0
+
+
 def _files(root) -> tuple[str, str]:
     src = LeRobotSource(str(root))
     ep = src.episodes[0]
@@ -75,7 +98,7 @@ def test_retrying_file_resumes_at_its_byte_after_resets_truncations_and_503s(sma
     want = (small_source / mp4).read_bytes()
     faults = Faults(reset=0.3, truncate=0.3, unavailable=0.2, seed=3, max_faults=8, path_prefix=f"/{mp4}")
     with FaultyServer(small_source, faults=faults) as server:
-        f = RetryingFile(_opener(f"{server.url}/{mp4}"), rel=mp4, retries=8, backoff_s=0.001, error=SourceError)
+        f = RetryingFile(_opener(f"{server.url}/{mp4}"), rel=mp4, retry=Retry(8, 0.001), error=SourceError)
         got = bytearray()
         while chunk := f.read(700):
             got += chunk
@@ -96,11 +119,11 @@ def test_decoder_and_parquet_reader_pulling_through_faults_get_what_a_local_read
     want_table = pq.read_table(small_source / parquet)
     faults = Faults(reset=0.4, unavailable=0.4, seed=5, max_faults=10)
     with FaultyServer(small_source, faults=faults) as server:
-        with RetryingFile(_opener(f"{server.url}/{mp4}", block_size=1024), rel=mp4, retries=10, backoff_s=0.001,
+        with RetryingFile(_opener(f"{server.url}/{mp4}", block_size=1024), rel=mp4, retry=Retry(10, 0.001),
                           error=SourceError) as f, av.open(f) as c:
             frames = [fr.to_ndarray() for fr in c.decode(video=0)]
-        with RetryingFile(_opener(f"{server.url}/{parquet}", block_size=256), rel=parquet, retries=10,
-                          backoff_s=0.001, error=SourceError) as f:
+        with RetryingFile(_opener(f"{server.url}/{parquet}", block_size=256), rel=parquet, retry=Retry(10, 0.001),
+                          error=SourceError) as f:
             table = pq.read_table(f)
         faulted = {r.path for r in server.log if r.fault}
     assert len(frames) == len(want_frames) and all(np.array_equal(a, b) for a, b in zip(frames, want_frames, strict=True))
@@ -111,7 +134,7 @@ def test_decoder_and_parquet_reader_pulling_through_faults_get_what_a_local_read
 def test_retrying_file_gives_up_after_its_budget_naming_file_and_episode(small_source):
     mp4, _ = _files(small_source)
     with FaultyServer(small_source, faults=Faults(unavailable=1.0, path_prefix=f"/{mp4}")) as server:
-        f = RetryingFile(_opener(f"{server.url}/{mp4}"), rel=mp4, retries=2, backoff_s=0.001, error=SourceError,
+        f = RetryingFile(_opener(f"{server.url}/{mp4}"), rel=mp4, retry=Retry(2, 0.001), error=SourceError,
                          episode=3)
         with pytest.raises(SourceError, match=r"reading at byte 0 kept failing \(3 attempts\): HTTP 503") as err:
             f.read(100)
@@ -125,6 +148,6 @@ def test_retrying_file_gives_up_after_its_budget_naming_file_and_episode(small_s
 def test_retrying_file_does_not_retry_a_missing_file(small_source):
     with FaultyServer(small_source) as server:
         with pytest.raises(FileNotFoundError):
-            RetryingFile(_opener(f"{server.url}/videos/nope.mp4"), rel="videos/nope.mp4", retries=5, backoff_s=5.0,
-                         error=SourceError)
+            RetryingFile(_opener(f"{server.url}/videos/nope.mp4"), rel="videos/nope.mp4",
+                         retry=Retry(5, 5.0), error=SourceError)
         assert sum(r.method == "GET" for r in server.log) == 1  # fsspec's HEAD, then one GET: both 404

@@ -7,6 +7,7 @@ windows, 0 and 2 workers, resume mid-epoch.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import threading
 from typing import Any
@@ -27,7 +28,7 @@ from roboreel.reader.decode.heap import DECODE_CALL_BYTES
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.decode.stage import DecodePool, default_decode_threads
-from roboreel.reader.loader import _PendingStream
+from roboreel.reader.loader import DeviceLoader, _PendingStream
 from roboreel.reader.loader_stage import finish_batch
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
@@ -249,6 +250,18 @@ def test_decode_threads_are_checked(compiled):
     got = {t: roboreel.loader(ds, batch_size=2, decode_threads=t).inflight_batches for t in (1, 2, 4, 6, 16, 64)}
     assert got == {1: 2, 2: 2, 4: 2, 6: 3, 16: 8, 64: 8}
     assert roboreel.loader(ds, batch_size=2, decode_threads=16, inflight_batches=3).inflight_batches == 3
+
+
+def test_loader_names_the_device_loader_knobs_and_passes_the_rest_on(compiled):
+    """device, inflight_batches and max_gpu_decoders are loader()'s own keywords, with DeviceLoader's defaults;
+    anything else (mix_workers, DataLoader options) still reaches DeviceLoader."""
+    own, full = inspect.signature(roboreel.loader).parameters, inspect.signature(DeviceLoader).parameters
+    for name in ("device", "inflight_batches", "max_gpu_decoders"):
+        assert own[name].kind is inspect.Parameter.KEYWORD_ONLY and own[name].default == full[name].default
+    dl = roboreel.loader(CompiledDataset(str(compiled)), batch_size=4, num_workers=2, device="cpu",
+                         inflight_batches=3, max_gpu_decoders=5, mix_workers=False, persistent_workers=False)
+    assert (dl.device, dl.inflight_batches, dl.max_gpu_decoders, dl.mix) == (torch.device("cpu"), 3, 5, 1)
+    assert dl.dataloader.persistent_workers is False and dl.dataloader.batch_size == 4
 
 
 @pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])

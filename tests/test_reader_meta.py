@@ -14,6 +14,7 @@ from support.httpserver import Faults, FaultyServer
 
 from roboreel.formats.errors import SourceError
 from roboreel.formats.manifest import load_manifest
+from roboreel.formats.transient import Retry
 from roboreel.reader import CompiledDataset, DatasetMeta
 from roboreel.reader.meta import EpisodeTable
 
@@ -129,7 +130,7 @@ def test_meta_reads_retry_transient_faults(small_compiled):
     local = DatasetMeta(str(small_compiled))
     faults = Faults(unavailable=1.0, path_prefix="/meta/", max_faults=3)
     with FaultyServer(small_compiled, faults=faults) as server:
-        meta = DatasetMeta(server.url, backoff_s=0.01)
+        meta = DatasetMeta(server.url, retry=Retry(backoff_s=0.01))
         assert meta.features == local.features and meta.episodes["length"] == local.episodes["length"]
         assert sum(server.faults_injected().values()) == 3
 

@@ -17,6 +17,7 @@ from support.httpserver import Faults, FaultyServer
 
 from roboreel.formats.errors import ShardReadError
 from roboreel.formats.lerobot_v3 import STATS_PATH, LeRobotSource
+from roboreel.formats.transient import Retry
 from roboreel.reader.meta import DatasetMeta
 from roboreel.validate import validate
 
@@ -61,7 +62,7 @@ def test_one_transient_fault_on_stats_is_retried(small_compiled) -> None:
     local = DatasetMeta(str(small_compiled)).stats
     assert local is not None
     with FaultyServer(small_compiled, faults=once("/meta/stats.json")) as server:
-        remote = DatasetMeta(server.url, retries=5, backoff_s=0.01).stats
+        remote = DatasetMeta(server.url, retry=Retry(5, 0.01)).stats
         faulted = [r for r in server.log if r.fault]
     assert [r.method for r in faulted] == ["HEAD", "GET"]  # the fault did happen, on both requests
     assert remote is not None
@@ -70,7 +71,7 @@ def test_one_transient_fault_on_stats_is_retried(small_compiled) -> None:
 
 def test_stats_failing_beyond_the_budget_raise_naming_the_file(small_compiled) -> None:
     with FaultyServer(small_compiled, faults=always("/meta/stats.json")) as server:
-        meta = DatasetMeta(server.url, retries=2, backoff_s=0.01)
+        meta = DatasetMeta(server.url, retry=Retry(2, 0.01))
         with pytest.raises(ShardReadError, match=r"kept failing \(3 attempts\).*meta/stats\.json"):
             _ = meta.stats
 
@@ -79,7 +80,7 @@ def test_stats_really_missing_is_none_at_once(small_compiled, tmp_path) -> None:
     copy = shutil.copytree(small_compiled, tmp_path / "copy")
     (copy / STATS_PATH).unlink()
     with FaultyServer(copy) as server:
-        assert DatasetMeta(server.url, retries=5, backoff_s=0.01).stats is None
+        assert DatasetMeta(server.url, retry=Retry(5, 0.01)).stats is None
         assert all(r.status == 404 for r in server.log)  # a 404 is not retried: one HEAD, one GET
 
 

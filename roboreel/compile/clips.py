@@ -39,7 +39,7 @@ from roboreel.formats.depth import is_depth
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.shard import sha256_hex
 from roboreel.formats.table_features import IMAGE_DTYPE, check_image_columns, image_bytes
-from roboreel.formats.transient import DEFAULT_BACKOFF_S
+from roboreel.formats.transient import Retry
 
 PARTS_DIR = ".roboreel-parts"  # sidecars, clips and the source meta snapshot, under OUT
 CLIPS_DIR = f"{PARTS_DIR}/clips"
@@ -69,8 +69,7 @@ class ClipJob:
     settings: CompileSettings
     source_file: dict[str, Any]  # the lock's {"size", "hash"} of the camera's source mp4
     decode_threads: int = 1
-    retries: int | None = None  # transient faults of remote source reads retried (LeRobotSource)
-    backoff_s: float = DEFAULT_BACKOFF_S
+    retry: Retry | None = None  # transient faults of remote source reads retried (LeRobotSource)
 
 
 # -- per-process caches ------------------------------------------------------------------------------------
@@ -78,14 +77,13 @@ _SOURCES: dict[str, LeRobotSource] = {}
 _VIDEOS: OrderedDict[tuple[str, str], SourceVideo] = OrderedDict()
 
 
-def worker_source(src: str, storage_options: dict[str, Any] | None, *, retries: int | None = None,
-                  backoff_s: float = DEFAULT_BACKOFF_S) -> LeRobotSource:
+def worker_source(src: str, storage_options: dict[str, Any] | None, *, retry: Retry | None = None) -> LeRobotSource:
     """One LeRobotSource per process and URL (meta/ is read once, data files cached), retrying remote reads as
     the job says."""
     s = _SOURCES.get(src)
     if s is None:
-        s = _SOURCES[src] = LeRobotSource(src, storage_options=storage_options, retries=retries, backoff_s=backoff_s)
-    s.retries, s.backoff_s = retries, backoff_s
+        s = _SOURCES[src] = LeRobotSource(src, storage_options=storage_options, retry=retry)
+    s.retry = retry
     return s
 
 
@@ -183,7 +181,7 @@ class _Ticker:
 def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> tuple[bytes, dict[str, Any]]:
     """Decode the episode's span of the camera's source mp4 and encode (or stream-copy) it; write the clip
     files; returns (clip bytes, its json). ``on_frames(n)``: progress, n more frames encoded."""
-    source = worker_source(job.src, job.storage_options, retries=job.retries, backoff_s=job.backoff_s)
+    source = worker_source(job.src, job.storage_options, retry=job.retry)
     ep = source.episode(job.episode)
     if source.info.features[job.camera].get("dtype") == IMAGE_DTYPE:  # --images clips (imageclips.py)
         rows = source.episode_rows(ep)

@@ -66,7 +66,7 @@ from roboreel.compile.update import (
 )
 from roboreel.formats.errors import RoboreelError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
-from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, http_defaults, is_local
+from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, Retry, http_defaults, is_local
 
 log = logging.getLogger(__name__)
 
@@ -145,14 +145,11 @@ def compile_dataset(
         check_part(part)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    if not isinstance(retries, int) or retries < 0:
-        raise ValueError(f"retries must be a non-negative integer, got {retries!r}")
-    if not backoff_s >= 0:
-        raise ValueError(f"backoff_s must be >= 0, got {backoff_s!r}")
+    retry = Retry(retries, backoff_s)
     out = _local_out(out)
     forget_sources()  # inline jobs must read this source as it is now, not as an earlier compile saw it
     storage_options = http_defaults(str(src), storage_options)  # a per-read timeout: a stall becomes a retry
-    source = LeRobotSource(str(src), storage_options=storage_options, retries=retries, backoff_s=backoff_s)
+    source = LeRobotSource(str(src), storage_options=storage_options, retry=retry)
     check_apart(source, out)
     try:  # reads meta/, the data schemas, file sizes and checksums; OUT is not touched yet
         episodes = check_source(source)
@@ -216,8 +213,8 @@ def compile_dataset(
                 ShardJob(src=source.url, storage_options=storage_options, out=out, shard=i, episodes=tuple(plan[i]),
                          settings=settings, chunks_size=chunks_size, decode_threads=DECODE_THREADS,
                          files={rel: files[rel] for rel in sorted(episode_files(source, plan[i])) if rel in files},
-                         retries=retries, backoff_s=backoff_s, generation=gen,
-                         fingerprints={e: prints[e] for e in plan[i]}, reuse=reuse_for(state, prints, plan[i]))
+                         retry=retry, generation=gen, fingerprints={e: prints[e] for e in plan[i]},
+                         reuse=reuse_for(state, prints, plan[i]))
                 for i in todo
             ]
             clips = {job.shard: [job.clip_job(source, ep, cam) for ep in job.episodes for cam in cams

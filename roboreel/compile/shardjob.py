@@ -40,7 +40,7 @@ from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.manifest import EpisodeEntry, MemberInfo
 from roboreel.formats.shard import EpisodeRecord, file_sha256, rows_digest, shard_path
 from roboreel.formats.table_features import check_image_columns, image_keys
-from roboreel.formats.transient import DEFAULT_BACKOFF_S
+from roboreel.formats.transient import Retry
 
 __all__ = ["PARTS_DIR", "ShardJob", "forget_sources", "run_shard", "shard_done", "sweep_temps", "tar_path"]
 
@@ -69,8 +69,7 @@ class ShardJob:
     chunks_size: int
     files: dict[str, dict[str, Any]]  # the lock's {"size", "hash"} of the shard's source video files
     decode_threads: int = 1
-    retries: int | None = None  # transient faults of remote source reads retried (LeRobotSource)
-    backoff_s: float = DEFAULT_BACKOFF_S
+    retry: Retry | None = None  # transient faults of remote source reads retried (LeRobotSource)
     generation: int = 1  # OUT's compile generation (update.py): names the tar, marks the sidecar
     fingerprints: dict[int, dict[str, Any]] = field(default_factory=dict)  # episode -> fingerprint.py's
     reuse: dict[str, dict[str, Any]] = field(default_factory=dict)  # clip fingerprint -> its bytes in an old tar
@@ -80,7 +79,7 @@ class ShardJob:
         rel = ep.videos[camera].path if camera in ep.videos else ep.data_path  # an image feature's: its rows
         return ClipJob(src=self.src, storage_options=self.storage_options, out=self.out, shard=self.shard,
                        episode=episode, camera=camera, settings=self.settings, source_file=self.files.get(rel, {}),
-                       decode_threads=self.decode_threads, retries=self.retries, backoff_s=self.backoff_s)
+                       decode_threads=self.decode_threads, retry=self.retry)
 
 
 def tar_path(shard: int, generation: int = 1) -> str:
@@ -135,7 +134,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
     """Pack one shard (making any clip not made yet); returns its sidecar dict. ``on_frames(n)``: progress of
     the clips made here, n more camera frames."""
     t0 = time.perf_counter()
-    source = worker_source(job.src, job.storage_options, retries=job.retries, backoff_s=job.backoff_s)
+    source = worker_source(job.src, job.storage_options, retry=job.retry)
     tar_rel, data_rel, side_rel = shard_files(job.shard, job.chunks_size, job.generation)
     sweep_temps(job.out, job.shard, job.chunks_size, job.generation)
     reused: list[int] = []

@@ -5,7 +5,7 @@ are and what meta/ parses into (paths, columns, ``SourceInfo``, ``EpisodeMeta``,
 in lerobot_v3_layout.py; this module is the I/O: ``LeRobotSource`` and the parquet/JSON reads under it. The layout
 names are re-exported, so ``lerobot_v3.INFO_PATH`` and friends keep working.
 
-A source built with ``retries`` (the compiler's) retries transient faults of every remote read it makes (files,
+A source built with a ``retry`` (the compiler's) retries transient faults of every remote read it makes (files,
 sizes, listings; formats/transient.py) and then raises SourceReadError naming the file; without, errors propagate
 as the filesystem raises them.
 """
@@ -45,7 +45,7 @@ from roboreel.formats.lerobot_v3_layout import (
     numbered_episode_files,
 )
 from roboreel.formats.parquetio import read_parquet_table
-from roboreel.formats.transient import DEFAULT_BACKOFF_S, open_file, retrying
+from roboreel.formats.transient import Retry, open_file, retrying
 
 __all__ = [  # the layout names are re-exported: callers use them as lerobot_v3.<name>
     "CODEBASE_VERSION", "DEFAULT_DATA_PATH", "DEFAULT_KEYS", "DEFAULT_VIDEO_PATH", "EPISODES_DIR", "EPISODES_PATH",
@@ -57,11 +57,11 @@ T = TypeVar("T")
 
 
 def _read_json(fs: fsspec.AbstractFileSystem, path: str, rel: str, *, wrap_missing: bool = True,
-               retries: int | None = None, backoff_s: float = DEFAULT_BACKOFF_S) -> Any:
+               retry: Retry | None = None) -> Any:
     """A JSON file; a missing one raises SourceError naming it, or (``wrap_missing=False``) FileNotFoundError
     for the caller to decide."""
     try:
-        with open_file(fs, path, rel, retries=retries, backoff_s=backoff_s) as f:
+        with open_file(fs, path, rel, retry=retry) as f:
             text = f.read()
     except FileNotFoundError as e:
         if not wrap_missing:
@@ -74,12 +74,11 @@ def _read_json(fs: fsspec.AbstractFileSystem, path: str, rel: str, *, wrap_missi
 
 
 def read_parquet(fs: fsspec.AbstractFileSystem, path: str, rel: str, columns: list[str] | None = None, *,
-                 episode: int | None = None, retries: int | None = None,
-                 backoff_s: float = DEFAULT_BACKOFF_S) -> pa.Table:
+                 episode: int | None = None, retry: Retry | None = None) -> pa.Table:
     """Read a parquet file through fsspec, turning I/O and format faults into SourceError naming the file (and
-    ``episode``, the one the caller was reading it for); ``retries``: see ``open_file``."""
+    ``episode``, the one the caller was reading it for); ``retry``: see ``open_file``."""
     try:
-        with open_file(fs, path, rel, retries=retries, backoff_s=backoff_s, episode=episode) as f:
+        with open_file(fs, path, rel, retry=retry, episode=episode) as f:
             return read_parquet_table(f, columns=columns)
     except FileNotFoundError as e:
         raise SourceError("missing file", file=rel, episode=episode) from e
@@ -102,16 +101,15 @@ class LeRobotSource:
     Reads are lazy and cached: ``info``, ``episodes`` and ``tasks`` touch only meta/; ``episode_rows`` reads one
     data file (the last one is kept, since episodes are usually visited in file order).
 
-    ``retries``: transient faults of remote reads (formats/transient.py) are retried that many times after an
-    exponential backoff from ``backoff_s``, then raise SourceReadError naming the file; None (the default): not
-    retried, raised as the filesystem raises them.
+    ``retry``: transient faults of remote reads are retried as this ``Retry`` says (formats/transient.py), then
+    raise SourceReadError naming the file; None (the default): not retried, raised as the filesystem raises them.
     """
 
-    def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None, retries: int | None = None,
-                 backoff_s: float = DEFAULT_BACKOFF_S) -> None:
+    def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None,
+                 retry: Retry | None = None) -> None:
         self.url = str(url)
         self.storage_options = dict(storage_options or {})
-        self.retries, self.backoff_s = retries, backoff_s
+        self.retry = retry
         self._fs_pid = -1
         self._fs: fsspec.AbstractFileSystem | None = None
         self.root = fsspec.core.url_to_fs(self.url, **self.storage_options)[1].rstrip("/")
@@ -137,10 +135,9 @@ class LeRobotSource:
 
     def open(self, rel: str, mode: str = "rb", *, episode: int | None = None, **kwargs: Any) -> IO[bytes]:
         """Open a dataset-relative file (missing files raise SourceError naming it, and ``episode``, the one it is
-        read for; with ``retries``, a remote file is a RetryingFile: see ``open_file``)."""
+        read for; with ``retry``, a remote file is a RetryingFile: see ``open_file``)."""
         try:
-            return open_file(self.fs, self.path(rel), rel, mode, retries=self.retries, backoff_s=self.backoff_s,
-                             episode=episode, **kwargs)
+            return open_file(self.fs, self.path(rel), rel, mode, retry=self.retry, episode=episode, **kwargs)
         except FileNotFoundError as e:
             raise SourceError("missing file", file=rel, episode=episode) from e
 
@@ -149,10 +146,9 @@ class LeRobotSource:
 
     def _call(self, fn: Callable[[], T], rel: str, *, episode: int | None = None) -> T:
         """``fn()``, a filesystem call about ``rel`` (its size, a listing), with this source's retries."""
-        if self.retries is None:
+        if self.retry is None:
             return fn()
-        return retrying(fn, name=rel, retries=self.retries, backoff_s=self.backoff_s, error=SourceReadError,
-                        episode=episode)
+        return retrying(fn, name=rel, retry=self.retry, error=SourceReadError, episode=episode)
 
     def size(self, rel: str) -> int:
         """A file's size in bytes (FileNotFoundError when it is missing)."""
@@ -166,17 +162,13 @@ class LeRobotSource:
     def _present(self, rel: str) -> bool:
         """Whether a file exists. With retries, asked with ``info``: over HTTP fsspec's ``exists`` is False for any
         failed request, so a 503 would end a walk of the episode files early."""
-        if self.retries is None:
+        if self.retry is None:
             return self.exists(rel)
         try:
             self.file_info(rel)
         except FileNotFoundError:
             return False
         return True
-
-    @property
-    def _retry(self) -> dict[str, Any]:
-        return {"retries": self.retries, "backoff_s": self.backoff_s}
 
     # -- metadata ---------------------------------------------------------------------------------------
     # info and stats are opened directly, not after an ``exists`` check: over HTTP, fsspec's ``exists`` is False
@@ -185,7 +177,7 @@ class LeRobotSource:
     @cached_property
     def info(self) -> SourceInfo:
         try:
-            raw = _read_json(self.fs, self.path(INFO_PATH), INFO_PATH, wrap_missing=False, **self._retry)
+            raw = _read_json(self.fs, self.path(INFO_PATH), INFO_PATH, wrap_missing=False, retry=self.retry)
         except (FileNotFoundError, NotADirectoryError) as e:  # NotADirectoryError: the URL names a file
             raise SourceError(f"not a LeRobot v3 dataset: {self.url} has no {INFO_PATH}", file=INFO_PATH) from e
         return SourceInfo.from_dict(raw)
@@ -202,14 +194,14 @@ class LeRobotSource:
     def stats(self) -> dict[str, Any] | None:
         """meta/stats.json, or None when the dataset has none."""
         try:
-            return _read_json(self.fs, self.path(STATS_PATH), STATS_PATH, wrap_missing=False, **self._retry)
+            return _read_json(self.fs, self.path(STATS_PATH), STATS_PATH, wrap_missing=False, retry=self.retry)
         except FileNotFoundError:
             return None
 
     @cached_property
     def tasks(self) -> dict[int, str]:
         """task_index -> task string, from meta/tasks.parquet (pandas writes the task as the index)."""
-        return tasks_of(read_parquet(self.fs, self.path(TASKS_PATH), TASKS_PATH, **self._retry))
+        return tasks_of(read_parquet(self.fs, self.path(TASKS_PATH), TASKS_PATH, retry=self.retry))
 
     def episode_files(self) -> list[str]:
         """The meta/episodes parquet files, dataset-relative, sorted."""
@@ -237,7 +229,7 @@ class LeRobotSource:
         cams = info.camera_keys
         out: list[EpisodeMeta] = []
         for rel in self.episode_files():
-            table = read_parquet(self.fs, self.path(rel), rel, **self._retry)
+            table = read_parquet(self.fs, self.path(rel), rel, retry=self.retry)
             need = list(EPISODE_COLUMNS) + ["data/chunk_index", "data/file_index"]
             for cam in cams:
                 need += [f"videos/{cam}/{c}" for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
@@ -301,7 +293,7 @@ class LeRobotSource:
         """A whole data parquet file (cached: the last file read); ``episode`` is named in errors."""
         if self._table_cache is not None and self._table_cache[0] == rel:
             return self._table_cache[1]
-        table = read_parquet(self.fs, self.path(rel), rel, episode=episode, **self._retry)
+        table = read_parquet(self.fs, self.path(rel), rel, episode=episode, retry=self.retry)
         self._table_cache = (rel, table)
         return table
 

@@ -7,9 +7,10 @@ of attempts is spent, raise an error naming the file. Everything else (a 404, a 
 bug) is raised at once: repeating it cannot help and would only delay the error.
 
 This module holds what the two share, so neither imports the other: the classification (``is_transient``, from
-transient_errors.py), the backoff, a retried call for small reads (``retrying``), a per-read timeout for HTTP
-(``http_defaults``), and ``RetryingFile``, a seekable file that reopens at the byte it had reached after a fault, so
-a decoder or a parquet reader pulling from it never sees the fault and never gets a byte twice.
+transient_errors.py), the budget and its backoff (``Retry``), a retried call for small reads (``retrying``), a
+per-read timeout for HTTP (``http_defaults``), and ``RetryingFile``, a seekable file that reopens at the byte it
+had reached after a fault, so a decoder or a parquet reader pulling from it never sees the fault and never gets a
+byte twice.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import io
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from roboreel.formats.errors import DataError, SourceReadError
@@ -28,8 +30,8 @@ from roboreel.formats.transient_errors import Truncated, describe, is_transient
 if TYPE_CHECKING:
     import fsspec
 
-__all__ = ["DEFAULT_BACKOFF_S", "DEFAULT_RETRIES", "RetryingFile", "Truncated", "backoff_delay", "describe",
-           "http_defaults", "is_local", "is_transient", "open_file", "retrying"]
+__all__ = ["DEFAULT_BACKOFF_S", "DEFAULT_RETRIES", "Retry", "RetryingFile", "Truncated", "describe", "http_defaults",
+           "is_local", "is_transient", "open_file", "retrying"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,9 +45,30 @@ HTTP_READ_TIMEOUT_S = 60.0
 _READ_ALL_CHUNK = 4 << 20
 
 
-def backoff_delay(backoff_s: float, failures: int) -> float:
-    """Seconds to wait after the ``failures``-th consecutive failure: ``backoff_s`` doubled each time, capped."""
-    return min(backoff_s * 2 ** (failures - 1), MAX_DELAY_S)
+@dataclass(frozen=True)
+class Retry:
+    """How transient faults of remote reads are retried: at most ``retries`` more attempts after a failed one,
+    waiting ``backoff_s`` seconds before the first retry and twice as long before each further one (at most
+    ``MAX_DELAY_S``).
+
+    The two numbers only mean something together, so they travel as this one value from where a user sets them
+    (``StreamOptions``, ``compile_dataset``, ``validate``, the CLI) down to every read that spends the budget, and
+    are checked once, here, where the value is made.
+    """
+
+    retries: int = DEFAULT_RETRIES
+    backoff_s: float = DEFAULT_BACKOFF_S
+
+    def __post_init__(self) -> None:
+        retries, backoff_s = self.retries, self.backoff_s
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+        if isinstance(backoff_s, bool) or not isinstance(backoff_s, int | float) or not backoff_s >= 0:
+            raise ValueError(f"backoff_s must be a number >= 0, got {backoff_s!r}")
+
+    def delay(self, failures: int) -> float:
+        """Seconds to wait after the ``failures``-th consecutive failure: ``backoff_s`` doubled each time, capped."""
+        return min(self.backoff_s * 2 ** (failures - 1), MAX_DELAY_S)
 
 
 def http_defaults(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
@@ -66,20 +89,20 @@ def http_defaults(url: str, storage_options: dict[str, Any] | None) -> dict[str,
     return opts
 
 
-def retrying(fn: Callable[[], T], *, name: str, retries: int, backoff_s: float, error: type[DataError],
+def retrying(fn: Callable[[], T], *, name: str, retry: Retry, error: type[DataError],
              episode: int | None = None) -> T:
-    """``fn()``, called again after a backoff while it fails with a transient fault, at most ``retries`` more
-    times; then ``error`` naming ``name`` (and ``episode``). For small whole reads (a manifest, a file's size);
-    a permanent fault is raised as it is, at once."""
-    for attempt in range(retries + 1):
+    """``fn()``, called again after a backoff while it fails with a transient fault, at most ``retry.retries``
+    more times; then ``error`` naming ``name`` (and ``episode``). For small whole reads (a manifest, a file's
+    size); a permanent fault is raised as it is, at once."""
+    for attempt in range(retry.retries + 1):
         try:
             return fn()
         except Exception as e:
             if not is_transient(e):
                 raise
-            if attempt == retries:
+            if attempt == retry.retries:
                 raise error(f"kept failing ({attempt + 1} attempts): {describe(e)}", file=name, episode=episode) from e
-            delay = backoff_delay(backoff_s, attempt + 1)
+            delay = retry.delay(attempt + 1)
             logger.info("retrying %s in %.2fs after %s", name, delay, describe(e))
             time.sleep(delay)
     raise AssertionError("unreachable")
@@ -91,7 +114,7 @@ class RetryingFile(io.RawIOBase):
     ``opener`` opens the underlying file (an fsspec file: opening costs at most a HEAD, reading is ranged GETs).
     On a transient fault the underlying file is closed, and after a backoff opened again and read on from the
     byte this file had reached, so whoever reads it (FFmpeg demuxing an mp4, Arrow reading a parquet footer and
-    row groups) never sees the fault and never gets a byte twice. ``retries`` counts consecutive attempts
+    row groups) never sees the fault and never gets a byte twice. ``retry.retries`` counts consecutive attempts
     without progress; once they are spent, ``error`` is raised naming ``rel`` and ``episode`` (the episode being
     read: a caller decoding several episodes of one file updates it). A permanent fault is raised as it is.
 
@@ -101,10 +124,10 @@ class RetryingFile(io.RawIOBase):
     The file is opened by the constructor, so a missing file raises there.
     """
 
-    def __init__(self, opener: Callable[[], IO[bytes]], *, rel: str, retries: int, backoff_s: float,
-                 error: type[DataError], episode: int | None = None) -> None:
+    def __init__(self, opener: Callable[[], IO[bytes]], *, rel: str, retry: Retry, error: type[DataError],
+                 episode: int | None = None) -> None:
         super().__init__()
-        self.opener, self.rel, self.retries, self.backoff_s, self.error = opener, rel, retries, backoff_s, error
+        self.opener, self.rel, self.retry, self.error = opener, rel, retry, error
         self.episode = episode
         self.pos = 0
         self.size: int | None = None
@@ -214,11 +237,11 @@ class RetryingFile(io.RawIOBase):
                 if not is_transient(e):
                     self.failed = e
                     raise
-                if failures > self.retries:
+                if failures > self.retry.retries:
                     self.failed = self.error(f"{what} kept failing ({failures} attempts): {describe(e)}",
                                              file=self.rel, episode=self.episode)
                     raise self.failed from e
-                delay = backoff_delay(self.backoff_s, failures)
+                delay = self.retry.delay(failures)
                 logger.info("retrying %s: %s in %.2fs after %s", self.rel, what, delay, describe(e))
                 time.sleep(delay)
 
@@ -229,12 +252,12 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return bool({"file", "local"} & set((protocol,) if isinstance(protocol, str) else protocol))
 
 
-def open_file(fs: fsspec.AbstractFileSystem, path: str, rel: str, mode: str = "rb", *, retries: int | None = None,
-              backoff_s: float = DEFAULT_BACKOFF_S, episode: int | None = None, **kwargs: Any) -> IO[bytes]:
-    """Open ``path`` (``rel`` in the dataset) for reading. With ``retries``, a remote file comes as a RetryingFile:
+def open_file(fs: fsspec.AbstractFileSystem, path: str, rel: str, mode: str = "rb", *, retry: Retry | None = None,
+              episode: int | None = None, **kwargs: Any) -> IO[bytes]:
+    """Open ``path`` (``rel`` in the dataset) for reading. With ``retry``, a remote file comes as a RetryingFile:
     transient faults are retried, reading on at the byte reached, then raise SourceReadError naming ``rel`` and
     ``episode``. A missing file raises FileNotFoundError either way."""
-    if retries is None or is_local(fs):
+    if retry is None or is_local(fs):
         return fs.open(path, mode, **kwargs)
-    return RetryingFile(lambda: fs.open(path, mode, **kwargs), rel=rel, retries=retries, backoff_s=backoff_s,
-                        error=SourceReadError, episode=episode)
+    return RetryingFile(lambda: fs.open(path, mode, **kwargs), rel=rel, retry=retry, error=SourceReadError,
+                        episode=episode)

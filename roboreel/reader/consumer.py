@@ -25,6 +25,7 @@ from torch.utils.data import get_worker_info
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.manifest import Manifest
+from roboreel.formats.transient import Retry
 from roboreel.reader.decode.clips import ClipDecoders, materialize
 from roboreel.reader.decode.deferred import ship_once
 from roboreel.reader.decode.heap import release_free_memory
@@ -60,8 +61,7 @@ class ConsumerSettings(DecodeSettings, Protocol):
     store: Store
     manifest: Manifest
     verify_checksums: bool
-    retries: int
-    backoff_s: float
+    retry: Retry
     tabular_keys: list[str]
     image_keys: dict[str, bool]  # image feature -> whether it is depth recorded in metres (decode/images.py)
     transformed_images: list[str]
@@ -91,8 +91,7 @@ class MemberStream:
                  camera_keys: list[str] | None = None) -> None:
         todo = still_needed(slices, schedule)
         # (an episode cut between two consumers is read whole by both: windows need its neighbours)
-        self.reader = reader = SliceReader(ds.store, ds.manifest, verify=ds.verify_checksums, retries=ds.retries,
-                                           backoff_s=ds.backoff_s)
+        self.reader = reader = SliceReader(ds.store, ds.manifest, verify=ds.verify_checksums, retry=ds.retry)
         shard_paths = ds.manifest.index.shards["path"]
         tabular = ds.tabular_keys if tabular_keys is None else tabular_keys
         cameras = ds.camera_keys if camera_keys is None else camera_keys

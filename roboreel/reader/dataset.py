@@ -25,14 +25,16 @@ import numpy as np
 import torch
 
 from roboreel.formats.depth import OUTPUT_UNIT, is_depth
+from roboreel.formats.errors import ShardReadError
 from roboreel.formats.index import FileIndex
 from roboreel.formats.manifest import Manifest, load_manifest
+from roboreel.formats.transient import retrying
 from roboreel.reader.consumer import run_consumer
 from roboreel.reader.decode.idle_policy import IdlePolicy, camera_lanes, idle_bytes_needed
 from roboreel.reader.decode.images import ImageClips
 from roboreel.reader.decode.routing import resolve_decode_device
 from roboreel.reader.depth import depth_cameras
-from roboreel.reader.fetch.source import Store, retrying
+from roboreel.reader.fetch.source import Store
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.mixture import MIXTURE_ONLY, build_mixture
 from roboreel.reader.options import DecodeOptions, StreamOptions, resolve_options
@@ -148,13 +150,12 @@ class CompiledDataset(StreamCore):
         self.url = str(path_or_url)
         self.store = Store(self.url, dict(stream.storage_options) if stream.storage_options is not None else None)
         opts = self.store.storage_options
-        self.manifest: Manifest = retrying(lambda: load_manifest(self.url, storage_options=opts),
-                                           name=self.url, retries=stream.retries, backoff_s=stream.backoff_s)
+        retried = partial(retrying, name=self.url, retry=stream.retry, error=ShardReadError)  # like shard reads
+        self.manifest: Manifest = retried(lambda: load_manifest(self.url, storage_options=opts))
         m = self.manifest
         if isinstance(m.index, FileIndex):  # index reads retry transient faults like shard reads
-            m.index.retry = partial(retrying, name=self.url, retries=stream.retries, backoff_s=stream.backoff_s)
-        retrying(lambda: m.index.shards, name=self.url, retries=stream.retries,
-                 backoff_s=stream.backoff_s)  # the shard table
+            m.index.retry = retried
+        retried(lambda: m.index.shards)  # the shard table
         self.fps = m.fps
         clipped = set(m.camera_keys)  # features stored as clips: video ones, and images compiled as clips
         self.camera_keys = [k for k in m.features if k in clipped]
@@ -185,7 +186,7 @@ class CompiledDataset(StreamCore):
         self.gpu_decode_cache_bytes = int(decode.gpu_cache_mb * 2**20)
         mb = decode.idle_decoders_mb
         self.idle_decoder_bytes = None if mb is None else int(mb * 2**20)  # None: automatic (idle_policy.py)
-        self.verify_checksums, self.retries, self.backoff_s = stream.verify_checksums, stream.retries, stream.backoff_s
+        self.verify_checksums, self.retry = stream.verify_checksums, stream.retry
         self._meta: DatasetMeta | None = None
         gops = [c.gop for c in m.cameras if c.gop]
         self.segment = min(gops) if gops else int(m.settings.get("gop") or 10)
@@ -223,8 +224,8 @@ class CompiledDataset(StreamCore):
     def meta(self) -> DatasetMeta:
         """LeRobot-shaped metadata (``LeRobotDatasetMetadata``'s fields), read from meta/ on first use."""
         if self._meta is None:
-            self._meta = DatasetMeta(self.url, storage_options=self.store.storage_options, retries=self.retries,
-                                     backoff_s=self.backoff_s, checksums=self.manifest.meta_files)
+            self._meta = DatasetMeta(self.url, storage_options=self.store.storage_options, retry=self.retry,
+                                     checksums=self.manifest.meta_files)
         return self._meta
 
     @property

@@ -292,11 +292,30 @@ def _mix(mix_workers: bool | None, batch_size: int, num_workers: int, drop_last:
 
 
 def loader(dataset: CompiledDataset, *, batch_size: int, num_workers: int = 0, prefetch_batches: int = 2,
-           decode_threads: int | None = None, channels_last: bool = False, **dataloader_kwargs: Any) -> DeviceLoader:
+           decode_threads: int | None = None, inflight_batches: int | None = None,
+           max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS, device: str | torch.device | None = None,
+           channels_last: bool = False, **dataloader_kwargs: Any) -> DeviceLoader:
     """Batches of ``dataset`` decoded by a pool of threads in this process: ``DeviceLoader(...)``. The way to
-    train: decoded pixels never cross a process boundary (docs/reader.md)."""
+    train: decoded pixels never cross a process boundary (docs/reader.md).
+
+    Args:
+        dataset: a ``CompiledDataset`` (one or a mixture); frames decode on its ``decode_device``.
+        batch_size, num_workers: as ``torch.utils.data.DataLoader``.
+        prefetch_batches: decoded batches kept ready ahead of the training loop.
+        decode_threads: decode threads in this process (default: the cores it may use).
+        inflight_batches: batches decoded at once (default: ``default_inflight_batches(decode_threads)``).
+        max_gpu_decoders: open GPU decoders (NVDEC sessions) at most.
+        device: where batches land (default: the decode device).
+        channels_last: camera tensors in the decoder's channels-last memory order.
+        **dataloader_kwargs: ``DeviceLoader``'s ``mix_workers``, and the rest for the DataLoader
+            (``prefetch_factor``, ``persistent_workers``, ``pin_memory``, ``drop_last``, ...).
+
+    Each is ``DeviceLoader``'s argument of that name, which says more.
+    """
     return DeviceLoader(dataset, batch_size=batch_size, num_workers=num_workers, prefetch_batches=prefetch_batches,
-                        decode_threads=decode_threads, channels_last=channels_last, **dataloader_kwargs)
+                        decode_threads=decode_threads, inflight_batches=inflight_batches,
+                        max_gpu_decoders=max_gpu_decoders, device=device, channels_last=channels_last,
+                        **dataloader_kwargs)
 
 
 def _device_info(decode_device: str) -> tuple[torch.device, tuple[int, int] | None]:

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from roboreel.formats.depth import depth_keys, stats_factor
-from roboreel.formats.errors import CompiledFormatError, SourceError
+from roboreel.formats.errors import CompiledFormatError, ShardReadError, SourceError
 from roboreel.formats.lerobot_v3 import (
     EPISODES_PATH,
     INFO_PATH,
@@ -39,8 +39,7 @@ from roboreel.formats.lerobot_v3 import (
 from roboreel.formats.table_features import (
     LANGUAGE_COLUMNS,  # their presence: lerobot-train's language collate
 )
-from roboreel.formats.transient import is_transient
-from roboreel.reader.fetch.source import http_defaults, retrying
+from roboreel.formats.transient import Retry, http_defaults, is_transient, retrying
 
 _CAMERA_DTYPES = ("video", "image")
 
@@ -181,19 +180,20 @@ class DatasetMeta(FeatureKeys):
         url: the compiled dataset root (local path or fsspec URL).
         storage_options: fsspec options (the dataset's; http(s) gets the reader's per-read timeout unless set).
         repo_id: the name LeRobot shows for the dataset (model cards, logs); default: the root's last path part.
-        retries, backoff_s: transient read faults retried per file, as the reader's (StreamOptions).
+        retry: transient read faults retried per file, as the reader's (``StreamOptions.retry``); default
+            ``Retry()``.
         checksums: meta/ path -> sha256 that roboreel.json recorded at compile time (``Manifest.meta_files``):
             info.json and stats.json are checked when read, so an edited or damaged stats.json fails here instead
             of normalizing a policy with other numbers (validate checks every meta/ file).
     """
 
     def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None, repo_id: str | None = None,
-                 retries: int = 5, backoff_s: float = 0.2, checksums: dict[str, str] | None = None) -> None:
+                 retry: Retry | None = None, checksums: dict[str, str] | None = None) -> None:
         self.url = str(url)
         self.checksums = dict(checksums or {})
         self.storage_options = http_defaults(self.url, storage_options)  # a per-read timeout over http(s)
         self.repo_id = repo_id or (self.url.rstrip("/").rsplit("/", 1)[-1] or self.url)
-        self.retries, self.backoff_s = retries, backoff_s
+        self.retry = Retry() if retry is None else retry
         # No retries of its own: ``_read`` retries each whole read with this budget (nested ones would multiply)
         self._source = LeRobotSource(self.url, storage_options=self.storage_options)
         self._info: dict[str, Any] | None = None
@@ -206,7 +206,7 @@ class DatasetMeta(FeatureKeys):
         return state
 
     def _read(self, fn: Any, rel: str) -> Any:
-        return retrying(fn, name=f"{self.url.rstrip('/')}/{rel}", retries=self.retries, backoff_s=self.backoff_s)
+        return retrying(fn, name=f"{self.url.rstrip('/')}/{rel}", retry=self.retry, error=ShardReadError)
 
     def _json(self, rel: str, *, missing_ok: bool = False) -> Any:
         """A JSON file of meta/. Opened directly, not after an ``exists`` check: over HTTP a transient 503 makes

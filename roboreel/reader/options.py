@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from roboreel.formats.transient import Retry
 from roboreel.reader.decode.routing import DecodeFallback
 from roboreel.reader.decode.runs import DEFAULT_GPU_RUN_CACHE_BYTES, DEFAULT_RUN_CACHE_BYTES
 from roboreel.reader.plan.pool import FRAME_ORDERS, FrameOrder
@@ -63,6 +64,11 @@ class StreamOptions:
         if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
             raise ValueError(f"StreamOptions.storage_options must be a mapping or None, got "
                              f"{type(self.storage_options).__name__}")
+
+    @property
+    def retry(self) -> Retry:
+        """``retries`` and ``backoff_s`` as the one ``Retry`` value every read under the reader spends."""
+        return Retry(self.retries, self.backoff_s)
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,7 @@ class RandomAccess:
             np.isin(lengths.ids, np.asarray(ds.episodes, dtype=np.int64)))[0]
         self.rows = rows
         self.starts = np.concatenate([[0], np.cumsum(lengths.array[rows])]).astype(np.int64)
-        self.reader = SliceReader(ds.store, ds.manifest, verify=ds.verify_checksums, retries=ds.retries,
-                                  backoff_s=ds.backoff_s)
+        self.reader = SliceReader(ds.store, ds.manifest, verify=ds.verify_checksums, retry=ds.retry)
         self.decoders = ClipDecoders(device="cpu", keep=ds.keep_frames, depth=ds.depth, run_cache_bytes=0)
         self.live: OrderedDict[int, LoadedEpisode] = OrderedDict()  # selection position -> episode, LRU order
         self._lock = threading.Lock()

@@ -12,7 +12,7 @@ from typing import Any
 from roboreel.formats.lerobot_v3_layout import INFO_PATH
 from roboreel.formats.manifest import COMPILE_LOCK_NAME, MANIFEST_NAME
 from roboreel.formats.shard import SHARD_DIR
-from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES
+from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, Retry
 from roboreel.validate._io import ReadFailed, Root
 from roboreel.validate.compiled import check_compiled
 from roboreel.validate.media import CountMode
@@ -78,7 +78,7 @@ def validate(path: str, *, world_size: int = 1, num_workers: int = 1, fast: bool
     if fast and deep:
         raise ValueError("fast and deep are mutually exclusive (fast skips reading bytes that deep decodes)")
     report = Report(path=str(path), strict=strict)
-    root = Root.open_url(str(path), storage_options=storage_options, retries=retries, backoff_s=backoff_s)
+    root = Root.open_url(str(path), storage_options=storage_options, retry=Retry(retries, backoff_s))
     try:
         kind = detect_kind(root, report)
         if kind is None:

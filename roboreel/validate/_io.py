@@ -1,9 +1,10 @@
 """A dataset root on any fsspec filesystem, addressed by dataset-relative paths (what findings name).
 
 A remote root (http(s)://, hf://, s3://) reads like compile and the reader do (formats/transient.py): a
-transient fault (a 5xx, 429, 408, a reset, a timeout, a short body) is retried after a backoff, ``retries`` times,
-and then raises ``ReadFailed`` naming the file, which ``validate`` reports as unreadable (never as missing). Only
-a file the store says is not there (a 404) is missing: fsspec's own ``exists`` is False for any failed request.
+transient fault (a 5xx, 429, 408, a reset, a timeout, a short body) is retried after a backoff as ``Root.retry``
+says, and then raises ``ReadFailed`` naming the file, which ``validate`` reports as unreadable (never as
+missing). Only a file the store says is not there (a 404) is missing: fsspec's own ``exists`` is False for any
+failed request.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import fsspec
 from roboreel.formats.errors import DataError
 from roboreel.formats.lerobot_v3_layout import EPISODES_DIR, INFO_PATH, numbered_episode_files
 from roboreel.formats.transient import (
-    DEFAULT_BACKOFF_S,
-    DEFAULT_RETRIES,
+    Retry,
     RetryingFile,
     describe,
     http_defaults,
@@ -67,8 +67,8 @@ class RetryingFS:
     transient fault, then ReadFailed): what the checks read through ``root.fs`` (parquet via ``read_parquet``)
     retries like Root's own reads. Everything else is the wrapped filesystem's."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, retries: int, backoff_s: float) -> None:
-        self.wrapped, self.root, self.retries, self.backoff_s = fs, root, retries, backoff_s
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, retry: Retry) -> None:
+        self.wrapped, self.root, self.retry = fs, root, retry
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.wrapped, name)
@@ -76,8 +76,8 @@ class RetryingFS:
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
         prefix = self.root + "/"
         rel = path[len(prefix):] if path.startswith(prefix) else path
-        return _RemoteFile(lambda: self.wrapped.open(path, mode, **kwargs), rel=rel, retries=self.retries,
-                           backoff_s=self.backoff_s, error=ReadFailed)
+        return _RemoteFile(lambda: self.wrapped.open(path, mode, **kwargs), rel=rel, retry=self.retry,
+                           error=ReadFailed)
 
 
 @dataclass(frozen=True)
@@ -86,18 +86,17 @@ class Root:
     root: str
     url: str
     storage_options: dict[str, Any] | None = None
-    retries: int = DEFAULT_RETRIES
-    backoff_s: float = DEFAULT_BACKOFF_S
+    retry: Retry = Retry()
 
     @classmethod
-    def open_url(cls, url: str, *, storage_options: dict[str, Any] | None = None, retries: int = DEFAULT_RETRIES,
-                 backoff_s: float = DEFAULT_BACKOFF_S) -> Root:
+    def open_url(cls, url: str, *, storage_options: dict[str, Any] | None = None, retry: Retry | None = None) -> Root:
+        """The root at ``url``; a remote one reads through a RetryingFS spending ``retry`` (default ``Retry()``)."""
+        retry = Retry() if retry is None else retry
         fs, root = fsspec.core.url_to_fs(str(url), **http_defaults(str(url), storage_options))
         root = root.rstrip("/") or root
         if not is_local(fs):
-            fs = RetryingFS(fs, root, retries, backoff_s)
-        return cls(fs=fs, root=root, url=str(url), storage_options=storage_options, retries=retries,
-                   backoff_s=backoff_s)
+            fs = RetryingFS(fs, root, retry)
+        return cls(fs=fs, root=root, url=str(url), storage_options=storage_options, retry=retry)
 
     @property
     def remote(self) -> bool:
@@ -110,7 +109,7 @@ class Root:
         """``fn()``, a filesystem call about ``rel``; remote: transient faults retried, then ReadFailed."""
         if not self.remote:
             return fn()
-        return retrying(fn, name=rel or self.url, retries=self.retries, backoff_s=self.backoff_s, error=ReadFailed)
+        return retrying(fn, name=rel or self.url, retry=self.retry, error=ReadFailed)
 
     def exists(self, rel: str = "") -> bool:
         """Whether the file (or directory) is there. Remote: asked with ``info`` and retried, so only a

@@ -32,14 +32,7 @@ from roboreel.formats.errors import CompiledFormatError, ShardReadError
 from roboreel.formats.manifest import EpisodeEntry, Manifest, MemberInfo
 from roboreel.formats.published import replaced
 from roboreel.formats.shard import EpisodeRecord, split_member
-from roboreel.formats.transient import (
-    Truncated,
-    backoff_delay,
-    describe,
-    http_defaults,
-    is_transient,
-)
-from roboreel.formats.transient import retrying as _retrying
+from roboreel.formats.transient import Retry, Truncated, describe, http_defaults, is_transient
 from roboreel.reader.plan.epoch import Slice
 
 logger = logging.getLogger(__name__)
@@ -140,8 +133,7 @@ class RetryingReader(io.RawIOBase):
         start: int,
         end: int,
         size: int,
-        retries: int,
-        backoff_s: float,
+        retry: Retry,
         stats: FetchStats,
         episode: Callable[[int], int | None] | None = None,
     ) -> None:
@@ -149,7 +141,7 @@ class RetryingReader(io.RawIOBase):
         self.store, self.rel, self.size, self.end = store, rel, size, end
         self.episode = episode  # byte offset -> the episode a failure there loses (named in ShardReadError)
         self.pos = start
-        self.retries, self.backoff_s, self.stats = retries, backoff_s, stats
+        self.retry, self.stats = retry, stats
         self._f: IO[bytes] | None = None
 
     def readable(self) -> bool:
@@ -173,12 +165,12 @@ class RetryingReader(io.RawIOBase):
                 self.stats.fetch_seconds += time.perf_counter() - t0
                 self._drop()
                 failures += 1
-                if not is_transient(e) or failures > self.retries:
+                if not is_transient(e) or failures > self.retry.retries:
                     what = "failed" if not is_transient(e) else f"kept failing ({failures} attempts)"
                     raise ShardReadError(f"reading at byte {self.pos} {what}: {describe(e)}", file=self.rel,
                                          episode=self.episode(self.pos) if self.episode is not None else None) from e
                 self.stats.retries += 1
-                delay = backoff_delay(self.backoff_s, failures)
+                delay = self.retry.delay(failures)
                 logger.info("retrying %s at byte %d in %.2fs after %s", self.rel, self.pos, delay, describe(e))
                 time.sleep(delay)
                 continue
@@ -227,8 +219,7 @@ class SliceReader:
     store: Store
     manifest: Manifest
     verify: bool = True
-    retries: int = 5
-    backoff_s: float = 0.2
+    retry: Retry = Retry()
     stats: FetchStats = field(default_factory=FetchStats)
 
     def records(self, slices: Sequence[Slice]) -> Iterator[tuple[int, EpisodeRecord]]:
@@ -273,8 +264,7 @@ class SliceReader:
         partial = offset > 0 or end < size
         wanted = set(s.episodes)
         pending: dict[int, dict[str, bytes]] = {}
-        raw = RetryingReader(self.store, rel, start=offset, end=end, size=size, retries=self.retries,
-                             backoff_s=self.backoff_s, stats=self.stats,
+        raw = RetryingReader(self.store, rel, start=offset, end=end, size=size, retry=self.retry, stats=self.stats,
                              episode=lambda pos: _episode_at(pos, s.episodes, wanted, spans))
         stream = io.BufferedReader(raw, _STREAM_BUFFER)
         try:
@@ -326,12 +316,6 @@ class SliceReader:
         if missing:
             raise CompiledFormatError(f"shard ended without episodes {missing} (or their members)", file=rel,
                                       episode=missing[0])
-
-
-def retrying(fn: Callable[[], Any], *, name: str, retries: int, backoff_s: float) -> Any:
-    """Call ``fn`` (a small whole-file read such as the manifest), retrying transient faults like shard reads;
-    when they keep failing, ShardReadError naming ``name``."""
-    return _retrying(fn, name=name, retries=retries, backoff_s=backoff_s, error=ShardReadError)
 
 
 class _MisplacedOffset(Exception):
