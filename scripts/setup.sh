@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # One-shot set-up for a fresh machine: FFmpeg shared libraries for torchcodec, a .venv with a pinned torch installed
-# first by pip (so nothing pulls a CUDA build; not byte-compiled: Python compiles what it imports), then roboreel
-# with its dev extra under constraints.txt.
+# first by pip (so nothing pulls a CUDA build), then roboreel with its dev extra under constraints.txt.
 # Idempotent: make calls it only when pyproject.toml or constraints.txt changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +22,7 @@ fi
 TORCH_PIN=$(grep -E '^torch==' constraints.txt | cut -d= -f3)
 torch_ok() { .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_PIN')" \
   2>/dev/null; }
-pip_torch() { .venv/bin/pip install -q --no-compile "$@" -c constraints.txt torch 2>&1 | grep -v 'is ignored' >&2; torch_ok; }
+pip_torch() { .venv/bin/pip install -q "$@" -c constraints.txt torch 2>&1 | grep -v 'is ignored' >&2; torch_ok; }
 if torch_ok; then
   echo "[setup] torch $TORCH_PIN already installed"
 elif [ -n "${TORCH_INDEX_URL:-}" ]; then
@@ -39,11 +38,13 @@ else
 fi
 # The rest with uv (itself installed by pip; it reads its own index settings, UV_INDEX_URL, default PyPI): it
 # resolves and installs the ~120 packages in ~10 s where pip takes ~45 s. The torch above satisfies the pin, so uv
-# keeps it (checked below). pip does it when uv cannot.
+# keeps it (checked below). Both byte-compile what they install: a process started with PYTHONDONTWRITEBYTECODE
+# set would otherwise compile every module it imports, every time. pip does it all when uv cannot.
 echo "[setup] installing roboreel[dev]"
 pip_q() { .venv/bin/pip install -q "$@" 2>&1 | grep -v 'is ignored' || true; }
 [ -x .venv/bin/uv ] || pip_q uv
-if ! { [ -x .venv/bin/uv ] && .venv/bin/uv pip install -q --python .venv/bin/python -c constraints.txt -e '.[dev]'; }; then
+uv_dev() { .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -c constraints.txt -e '.[dev]'; }
+if ! { [ -x .venv/bin/uv ] && uv_dev; }; then
   echo "[setup] uv could not install roboreel[dev]: installing it with pip"
   pip_q -c constraints.txt -e '.[dev]'
 fi
