@@ -1,4 +1,4 @@
-"""Synthetic sources and their compiled forms for reader tests, built once per test session.
+"""Synthetic sources and their compiled forms for reader tests, built once per test run (support/shared.py).
 
 ``compiled_pair(tmp_path_factory, episodes_per_shard=1, **synth_overrides)`` returns ``(source, compiled)``
 paths; the same arguments give the same (cached) directories for the rest of the session, across modules.
@@ -15,6 +15,7 @@ import torch
 
 from roboreel.synth import read
 from support.settings import FAST
+from support.shared import built_once
 
 _SOURCES: dict[tuple, Path] = {}
 _COMPILED: dict[tuple, Path] = {}
@@ -33,7 +34,8 @@ def source(tmp_path_factory: Any, **overrides: Any) -> Path:
 
     key = _key(overrides)
     if key not in _SOURCES:
-        _SOURCES[key] = make_source(tmp_path_factory.mktemp("reader-src") / "src", **overrides)
+        _SOURCES[key] = built_once(tmp_path_factory, "source", key,
+                                   lambda folder: make_source(folder / "src", **overrides))
     return _SOURCES[key]
 
 
@@ -46,11 +48,13 @@ def compiled_pair(tmp_path_factory: Any, *, episodes_per_shard: int = 2, compile
     src = source(tmp_path_factory, **overrides)
     key = (_key(overrides), episodes_per_shard, _key(compile_options or {}))
     if key not in _COMPILED:
-        out = tmp_path_factory.mktemp("reader-compiled") / "compiled"
-        settings = dataclasses.replace(FAST, episodes_per_shard=episodes_per_shard,
-                                       **(compile_options or {}))
-        compile_dataset(str(src), str(out), settings=settings, workers=1)
-        _COMPILED[key] = out
+        settings = dataclasses.replace(FAST, episodes_per_shard=episodes_per_shard, **(compile_options or {}))
+
+        def build(folder: Path) -> Path:
+            compile_dataset(str(src), str(folder / "compiled"), settings=settings, workers=1)
+            return folder / "compiled"
+
+        _COMPILED[key] = built_once(tmp_path_factory, "compiled", key, build)
     return src, _COMPILED[key]
 
 
