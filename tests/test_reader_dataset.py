@@ -13,10 +13,10 @@ from roboreel.bench.reference import ReferenceDataset
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.reader import CompiledDataset, DecodeOptions
 from roboreel.reader.decode.clips import DEFAULT_RUN_CACHE_BYTES, ClipDecoders, _calls, materialize
-from roboreel.reader.decode.requests import Clip, FrameRequest, PendingSample
 from roboreel.reader.fetch.source import SliceReader, Store
 from roboreel.reader.plan.epoch import Slice
 from roboreel.reader.plan.pool import LoadedEpisode, PoolSchedule, pending_samples
+from roboreel.reader.plan.requests import Clip, FrameRequest, PendingSample
 
 CAMERAS = ["observation.images.top", "observation.images.wrist"]
 # Windows that cross both episode ends (episodes are 10..60 frames at 20 fps) on tabular and camera keys.

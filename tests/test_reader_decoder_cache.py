@@ -13,9 +13,9 @@ from roboreel.reader import CompiledDataset, DecodeOptions
 from roboreel.reader.decode.clips import ClipDecoders
 from roboreel.reader.decode.decoder_cache import IdleDecoders, decoder_bytes, process_cache
 from roboreel.reader.decode.idle_policy import AUTO_BUDGET_BYTES, IdlePolicy
-from roboreel.reader.decode.requests import Clip
 from roboreel.reader.fetch.source import SliceReader, Store
 from roboreel.reader.plan.epoch import Slice
+from roboreel.reader.plan.requests import Clip
 from roboreel.reader.plan.shuffled import MAX_RUNS
 
 DECODER_64 = decoder_bytes(64, 64)  # the fixtures' clips are 64x64

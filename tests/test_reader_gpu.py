@@ -25,11 +25,11 @@ import roboreel
 from roboreel.reader import CompiledDataset, DecodeOptions, DeviceLoader
 from roboreel.reader.decode.deferred import ClipStore, assemble, collate_pending
 from roboreel.reader.decode.gpu import DeviceDecoders
-from roboreel.reader.decode.requests import Clip
 from roboreel.reader.decode.routing import Router, choose_device, parse_decode_device, resolve_decode_device
 from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.loader import _PendingStream
 from roboreel.reader.plan.epoch import World
+from roboreel.reader.plan.requests import Clip
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
 HAVE_CUDA = torch.cuda.is_available()

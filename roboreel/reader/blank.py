@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from roboreel.reader.decode.requests import Clip, FrameRequest
+from roboreel.reader.plan.requests import Clip, FrameRequest
 
 BLANK_SHARD = "<missing camera>"
 

@@ -21,8 +21,8 @@ import numpy as np
 from roboreel.formats.manifest import CameraSpec, Manifest
 from roboreel.reader.blank import blank_request
 from roboreel.reader.canonical import Canonical
-from roboreel.reader.decode.requests import Clip, PendingSample
 from roboreel.reader.normalize import Normalizer
+from roboreel.reader.plan.requests import Clip, PendingSample
 
 _PAD = "_is_pad"
 

@@ -31,12 +31,12 @@ from roboreel.reader.decode.deferred import ship_once
 from roboreel.reader.decode.heap import release_free_memory
 from roboreel.reader.decode.idle_policy import IdlePolicy
 from roboreel.reader.decode.images import ImageClips
-from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.fetch.prefetch import Prefetcher
 from roboreel.reader.fetch.source import SliceReader, Store
 from roboreel.reader.plan.episode_cache import EpisodeCache
 from roboreel.reader.plan.epoch import Slice, World
 from roboreel.reader.plan.pool import LoadedEpisode, PoolSchedule, pending_samples, still_needed
+from roboreel.reader.plan.requests import PendingSample
 from roboreel.reader.stats import Flusher, SharedCounters
 
 

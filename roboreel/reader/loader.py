@@ -103,7 +103,7 @@ class DeviceLoader:
         **dataloader_kwargs: passed to the DataLoader (``prefetch_factor``, ``persistent_workers``,
             ``pin_memory``, ``drop_last``, ``multiprocessing_context``, ...); not ``collate_fn``/samplers.
             ``persistent_workers`` defaults to True when ``num_workers > 0``: workers live across epochs, and
-            ``set_epoch`` / ``load_state_dict`` reach them through the dataset's epoch board (plan/board.py).
+            ``set_epoch`` / ``load_state_dict`` reach them through the dataset's epoch board (board.py).
 
     Iterate it like a DataLoader. ``set_epoch``, ``state_dict``/``load_state_dict`` (what a trainer saves),
     ``stats()`` and ``last_batch_seconds`` (worker + decode time of the batch just returned) complete it.
@@ -150,7 +150,7 @@ class DeviceLoader:
         self.decode_threads, self.inflight_batches = decode_threads, inflight_batches
         if num_workers > 0:
             # Workers kept across epochs (docs/reader.md, "Epochs"): re-forking them every epoch cost ~40% of the
-            # samples/s on a small dataset and inflated the tree's RSS; set_epoch still reaches them (plan/board.py)
+            # samples/s on a small dataset and inflated the tree's RSS; set_epoch still reaches them (board.py)
             dataloader_kwargs.setdefault("persistent_workers", True)
         self.device = None if device is None else torch.device(device)
         if self.device is not None and dataset.decode_device != "cpu" and self.device.type != "cuda":

@@ -39,7 +39,6 @@ from roboreel.reader.canonical_samples import (
 from roboreel.reader.consumer import MemberStream, run_members
 from roboreel.reader.decode.idle_policy import IdlePolicy
 from roboreel.reader.decode.images import ImageClips
-from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.mixture_meta import MixtureMeta
 from roboreel.reader.mixture_windows import member_windows
 from roboreel.reader.normalize import check_modes
@@ -49,6 +48,7 @@ from roboreel.reader.plan.epoch import (
     stream_arrays,
 )
 from roboreel.reader.plan.mixture import MixturePlan, member_slices, skip_counts
+from roboreel.reader.plan.requests import PendingSample
 from roboreel.reader.plan.shuffled import make_schedule
 from roboreel.reader.stats import SharedCounters
 from roboreel.reader.stream import StreamCore

@@ -16,9 +16,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 from roboreel.reader.consumer import Position
 from roboreel.reader.decode.forksafe import isolate_inherited_heap
 from roboreel.reader.decode.heap import pin_mmap_threshold
-from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.epochs import EpochState
 from roboreel.reader.plan.epoch import World, detect_rank, detect_worker, rank_samples, worker_quotas
+from roboreel.reader.plan.requests import PendingSample
 
 
 class StreamCore(EpochState, IterableDataset):

@@ -26,19 +26,14 @@ from torchcodec.decoders import VideoDecoder  # loaded once in the parent, so fo
 
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
+from roboreel.reader.decode.counters import SEEK_MODES, DecodeStats, SeekMode
 from roboreel.reader.decode.decoder_cache import IdleDecoders
 from roboreel.reader.decode.depth import DepthDecoder, code_table
 from roboreel.reader.decode.heap import in_side_arena
-from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
-from roboreel.reader.decode.requests import (
-    SEEK_MODES,
-    Clip,
-    DecodeStats,
-    PendingSample,
-    SeekMode,
-)
+from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, decoded_images, finish_images
 from roboreel.reader.decode.runs import DEFAULT_RUN_CACHE_BYTES, DecodedRun, RunBudget, run_ahead
 from roboreel.reader.decode.unit import unit_float
+from roboreel.reader.plan.requests import Clip, PendingSample
 
 
 @dataclass
@@ -344,7 +339,7 @@ def materialize(
             img = to_output(frames, return_uint8=return_uint8 and cam not in image_clips)
             depth = frames.dtype != torch.uint8  # LeRobot applies no image transform to depth maps
             sample[cam] = image_transforms(img) if image_transforms is not None and not depth else img
-        values = dict(p.sample_values())
+        values = dict(decoded_images(p.sample_values(), p.images))
         finish_images(values, p.images, image_transforms, batched=False)  # before value_tensors: numpy views
         sample.update(value_tensors(values))
         out.append(image_clips.apply(sample))

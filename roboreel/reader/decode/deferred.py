@@ -5,9 +5,10 @@ Worker side (inside ``CompiledDataset.iter_pending`` and the DataLoader's ``coll
   empty stub. A pooled clip (~1-3 MB per camera per 224x224 episode) is needed by many batches, so sending it
   with every batch would move tens of MB per batch through the worker pipe; sending it once moves each clip's
   bytes once per epoch, the same traffic as reading the shards.
-- ``collate_pending``: a batch of pending samples becomes a ``PendingBatch``: the tabular values collated
-  exactly as ``default_collate`` collates them in the CPU path, the clips it reads, per clip the frames it needs
-  (deduplicated, with the timestamps they must show), per camera the (clip, frame) of every sample.
+- ``collate_pending``: a batch of pending samples becomes a ``PendingBatch``: image features decoded and the
+  tabular values collated exactly as ``default_collate`` collates them in the CPU path, the clips it reads, per
+  clip the frames it needs (deduplicated, with the timestamps they must show), per camera the (clip, frame) of
+  every sample.
 
 Main-process side (the decode stage of reader/loader.py, on a background thread):
 - ``ClipStore`` keeps the shipped bytes of live clips until a batch says they were released.
@@ -32,9 +33,9 @@ from torch.utils.data import default_collate
 
 from roboreel.formats.errors import FrameTimestampError
 from roboreel.formats.table_features import LANGUAGE_COLUMNS
-from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
-from roboreel.reader.decode.requests import Clip, PendingSample, Rows
+from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, decoded_images, finish_images
 from roboreel.reader.decode.unit import unit_float
+from roboreel.reader.plan.requests import Clip, PendingSample, Rows
 
 ClipKey = tuple[str, int, str, int]  # Clip.key: shard, episode, camera, stream
 
@@ -168,7 +169,7 @@ def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]
     if len(rows) == len(samples):  # rows not gathered yet: one indexing per column and episode
         values = gather_values(rows)
     else:  # a sample with neither values nor rows raises here (sample_values), never drops out of the batch
-        values = collate_values([p.sample_values() for p in samples])
+        values = collate_values([decoded_images(p.sample_values(), p.images) for p in samples])
     return PendingBatch(len(samples), values, cameras, clips, wanted, release, seconds, runs,
                         samples[0].images)
 

@@ -24,10 +24,11 @@ import torch
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader.decode.clips import ClipDecoders
+from roboreel.reader.decode.counters import DecodeStats, SeekMode
 from roboreel.reader.decode.decoder_cache import IdleDecoders
-from roboreel.reader.decode.requests import Clip, DecodeStats, SeekMode
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
+from roboreel.reader.plan.requests import Clip
 
 DEFAULT_MAX_GPU_DECODERS = 256
 
