@@ -63,7 +63,7 @@ def main() -> int:
     from roboreel.reader.decode.routing import Router
     from roboreel.reader.decode.runs import RunBudget
     from roboreel.reader.decode.stage import DecodePool, default_decode_threads, default_inflight_batches
-    from roboreel.reader.loader import _PendingStream
+    from roboreel.reader.loader._loader import _PendingStream
 
     pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES, DECODE_TRIM_THRESHOLD_BYTES)  # as roboreel.loader's process
     dts = None
@@ -88,7 +88,7 @@ def main() -> int:
     firsts: list[float] = []  # per epoch: seconds until its first pending batch was there
 
     def epoch(source: Any) -> int:
-        """One epoch through a fresh pool, as the loader's stage runs one (decode/stage.py, loader_stage.py)."""
+        """One epoch through a fresh pool, as the loader's stage runs one (decode/stage.py, reader/loader/_stage.py)."""
         start = time.perf_counter()
         source = iter(source)
         router = Router("cpu", cameras=cameras, capability=None)

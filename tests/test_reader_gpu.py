@@ -27,7 +27,7 @@ from roboreel.reader.decode.deferred import ClipStore, assemble, collate_pending
 from roboreel.reader.decode.gpu import DeviceDecoders
 from roboreel.reader.decode.routing import Router, choose_device, parse_decode_device, resolve_decode_device
 from roboreel.reader.decode.runs import RunBudget
-from roboreel.reader.loader import _PendingStream
+from roboreel.reader.loader._loader import _PendingStream
 from roboreel.reader.plan.epoch import World
 from roboreel.reader.plan.requests import Clip
 

@@ -28,8 +28,8 @@ from roboreel.reader.decode.heap import DECODE_CALL_BYTES
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.decode.stage import DecodePool, default_decode_threads
-from roboreel.reader.loader import DeviceLoader, _PendingStream
-from roboreel.reader.loader_stage import finish_batch
+from roboreel.reader.loader._loader import DeviceLoader, _PendingStream
+from roboreel.reader.loader._stage import finish_batch
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
 CAMERAS = ["observation.images.top", "observation.images.wrist"]

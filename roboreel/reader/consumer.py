@@ -79,7 +79,7 @@ class Position:
 
 class MemberStream:
     """One dataset's part of a consumer's epoch: its slices read on a prefetch thread, turned into the pending
-    samples of its episode pool (``schedule``). A mixture (mixture.py) runs one per member dataset.
+    samples of its episode pool (``schedule``). A mixture (reader/mixture/_dataset.py) runs one per member dataset.
 
     Clip identities (``Clip.key``) must be unique among a process's live clips: ``shard_prefix`` tells members
     apart (two datasets may both hold ``shards/000000.tar`` episode 0), and an episode read again in the same

@@ -10,7 +10,7 @@ resume point, ``state_dict`` and stats. Running the planned stream (threads, dec
 consumer.py's, so the dataset's contract reads apart from the machinery that fulfils it.
 
 GPU decode (``decode=DecodeOptions(device="cuda")``) stops before the decode: ``iter_pending`` yields the compressed
-pending samples and ``roboreel.loader`` (loader.py) decodes whole batches on the GPU in the main process.
+pending samples and ``roboreel.loader`` (reader/loader/_loader.py) decodes whole batches on the GPU in the main process.
 """
 from __future__ import annotations
 
@@ -74,14 +74,14 @@ class CompiledDataset(StreamCore):
 
     Args:
         path_or_url: compiled dataset root: a local directory or any fsspec URL (file://, http(s)://, s3://, hf://).
-            A list of them makes a mixture (a ``MixtureDataset``, reader/mixture.py; docs/reader.md "Mixtures"),
+            A list of them makes a mixture (a ``MixtureDataset``, reader/mixture/; docs/reader.md "Mixtures"),
             every other argument as for one dataset; ``episodes`` then has one entry per dataset.
         weights, samples_per_epoch: a mixture's member probabilities (None: every frame of every member once per
             epoch) and draws per epoch (default: the members' frames together); refused for one path.
         delta_timestamps: ``{key: [seconds, ...]}`` windows (tabular or camera keys), as in LeRobot.
         delta_indices: ``{key: [frames, ...]}`` the same windows in frame offsets (LeRobot policies'
             ``*_delta_indices``); a mixture applies them at each member's own fps. Not with ``delta_timestamps``.
-        remap, pad, normalize: a mixture's canonical keys (docs/mixtures.md; reader/canonical.py).
+        remap, pad, normalize: a mixture's canonical keys (docs/mixtures.md; reader/mixture/_canonical.py).
         episodes: only these episode indices (default: all).
         episode_pool_size: whole episodes each consumer keeps (compressed) and draws frames across. Default 32.
         seed: base of every random decision. Order is a pure function of (seed, epoch, rank, worker).
@@ -105,7 +105,7 @@ class CompiledDataset(StreamCore):
 
     def __new__(cls, path_or_url: Any = None, *args: Any, weights: Sequence[float] | str | None = None,
                 samples_per_epoch: int | None = None, **kwargs: Any) -> Any:
-        """A list of paths makes a ``MixtureDataset`` (reader/mixture.py); one path, this class."""
+        """A list of paths makes a ``MixtureDataset`` (reader/mixture/_dataset.py); one path, this class."""
         if isinstance(path_or_url, list | tuple):
             return build_mixture(cls, path_or_url, weights=weights, samples_per_epoch=samples_per_epoch, **kwargs)
         if weights is not None or samples_per_epoch is not None or any(
@@ -208,7 +208,7 @@ class CompiledDataset(StreamCore):
     def _set_windows(self, windows: dict[str, np.ndarray],
                      delta_timestamps: Mapping[str, Sequence[float]] | None = None) -> None:
         """The windows (``{key: int64 frame offsets}``) and what follows from them; a mixture sets each member's
-        on its own frame grid (reader/canonical.py)."""
+        on its own frame grid (reader/mixture/_canonical.py)."""
         self.windows = windows
         self.delta_timestamps = ({k: list(v) for k, v in delta_timestamps.items()} if delta_timestamps else
                                  {k: (o / self.fps).tolist() for k, o in windows.items()}) or None

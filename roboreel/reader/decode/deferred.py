@@ -10,7 +10,7 @@ Worker side (inside ``CompiledDataset.iter_pending`` and the DataLoader's ``coll
   clip the frames it needs (deduplicated, with the timestamps they must show), per camera the (clip, frame) of
   every sample.
 
-Main-process side (the decode stage of reader/loader.py, on a background thread):
+Main-process side (the decode stage of reader/loader/_loader.py, on a background thread):
 - ``ClipStore`` keeps the shipped bytes of live clips until a batch says they were released.
 - ``assemble`` decodes a batch (one sorted ``get_frames_at`` per clip and decoder lane, pts checked as in
   ``decode.materialize``) and builds the collated batch on the device: the CPU path's keys, order, shapes and

@@ -1,4 +1,4 @@
-"""Member samples made canonical (reader/canonical.py): renamed, normalised, padded, missing cameras filled.
+"""Member samples made canonical (_canonical.py): renamed, normalised, padded, missing cameras filled.
 
 Applied to each *pending* sample as the mixture draws it (before decode), so the one pass serves both readers:
 ``iter(dataset)`` decodes the renamed requests, and ``roboreel.loader`` ships them. A camera's clip is renamed too
@@ -7,7 +7,7 @@ pooled; the episode's own clips stay as made, since a kept episode serves the ne
 decoders, the frames kept of a window, depth and the loader's camera specs then all speak canonical keys. Values a
 member has are passed through untouched except for the zero-padding at the end of a 1-D feature (and the
 normalisation, when asked for). A missing camera is a
-request for the black frame of a blank clip (blank.py), so it decodes to zeros on either path.
+request for the black frame of a blank clip (_blank.py), so it decodes to zeros on either path.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from roboreel.formats.manifest import CameraSpec, Manifest
-from roboreel.reader.blank import blank_request
-from roboreel.reader.canonical import Canonical
-from roboreel.reader.normalize import Normalizer
+from roboreel.reader.mixture._blank import blank_request
+from roboreel.reader.mixture._canonical import Canonical
+from roboreel.reader.mixture._normalize import Normalizer
 from roboreel.reader.plan.requests import Clip, PendingSample
 
 _PAD = "_is_pad"
@@ -34,7 +34,7 @@ class MemberSamples:
         canon: the mixture's canonical features.
         index: the member's position.
         order: canonical value keys in sample order (features, then ``*_is_pad`` in window order, then ``task``).
-        blanks: per canonical camera this member lacks, the blank clip it reads (blank.py).
+        blanks: per canonical camera this member lacks, the blank clip it reads (_blank.py).
         windows: canonical key -> window length (a missing camera's window is its blank frame repeated).
         normalizer: the member's own normalisation, or None.
     """

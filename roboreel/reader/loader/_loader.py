@@ -5,7 +5,7 @@ spends as much as decoding them, and CUDA cannot be used in forked workers at al
 - DataLoader workers (processes) do everything but decode: read shards, pool episodes, pick frames, window,
   collate tabular values (``CompiledDataset.iter_pending`` + ``deferred.collate_pending``). What crosses to this
   process is small: a clip's compressed bytes once, then frame requests.
-- This process runs the decode stage (loader_stage.py) on a background thread: it feeds a pool of decode threads
+- This process runs the decode stage (_stage.py) on a background thread: it feeds a pool of decode threads
   (decode/stage.py; default one per available core; torchcodec releases the GIL) that write frames straight into
   one preallocated uint8 tensor per camera and batch (pinned when the batch goes to CUDA), and finishes batches in the
   DataLoader's order: moved to the device as uint8, divided by 255 there unless ``return_uint8``.
@@ -43,7 +43,7 @@ from roboreel.reader.decode.heap import (
 )
 from roboreel.reader.decode.stage import default_decode_threads, default_inflight_batches
 from roboreel.reader.fetch.prefetch import Prefetcher
-from roboreel.reader.loader_stage import DecodeStage
+from roboreel.reader.loader._stage import DecodeStage
 from roboreel.reader.mixture import MixtureDataset
 from roboreel.reader.order import OrderMeter
 from roboreel.reader.plan.resume import worker_batches

@@ -1,8 +1,8 @@
-"""The decode stage of ``roboreel.loader`` (loader.py): what runs on its background thread.
+"""The decode stage of ``roboreel.loader`` (_loader.py): what runs on its background thread.
 
 It takes the DataLoader's collated *pending* batches (compressed clips and frame requests, ``deferred.py``), feeds
 them to the pool of decode threads (decode/stage.py), and finishes each decoded batch into what the training loop
-receives (``finish_batch``): on the device, uint8 or float32, transformed, in the DataLoader's order. loader.py
+receives (``finish_batch``): on the device, uint8 or float32, transformed, in the DataLoader's order. _loader.py
 keeps the public side (arguments, iteration, epochs, resume state, stats); this module only the data path, so the
 two read apart.
 """
@@ -33,8 +33,8 @@ from roboreel.reader.stats import Flusher
 
 
 class StageOwner(Protocol):
-    """What the stage reads from, and reports to, the ``DeviceLoader`` that runs it (loader.py): typed here so this
-    module never imports loader.py back."""
+    """What the stage reads from, and reports to, the ``DeviceLoader`` that runs it (_loader.py): typed here so this
+    module never imports _loader.py back."""
 
     dataset: Any  # a CompiledDataset or MixtureDataset
     decode_threads: int
