@@ -79,7 +79,7 @@ def main() -> int:
     threads = args.decode_threads or default_decode_threads()
     inflight = args.inflight_batches or default_inflight_batches(threads)
     cameras = {c.key: c for c in ds.manifest.cameras}
-    buffers, budget, idle = BufferPool(), RunBudget(ds.decode_cache_bytes), ds.idle_policy.begin()
+    buffers, budget, idle = BufferPool(), RunBudget(ds.decode_options.run_cache_bytes), ds.idle_policy.begin()
     dtype = torch.uint8 if ds.return_uint8 else torch.float32
 
     def batches() -> DataLoader:
@@ -98,7 +98,7 @@ def main() -> int:
                                   gpu_run_budget=None, idle=idle, depth=ds.depth)
 
         pool = DecodePool(threads=threads, make_decoders=make, cameras=cameras, pin=False, dtype=dtype,
-                          staging={c: torch.device("cpu") for c in cameras}, tolerance_s=ds.tolerance_s,
+                          staging={c: torch.device("cpu") for c in cameras}, tolerance_s=ds.decode_options.tolerance_s,
                           buffers=buffers)
         jobs: deque = deque()
         n = 0

@@ -123,8 +123,8 @@ def test_epochs_read_exactly_with_the_cache_and_open_nothing_once_it_holds_the_d
     want, want_opens = _epochs(ref, 3)
     try:
         got, opens = _epochs(ds, 3)
-        cache = process_cache(ds.idle_decoder_bytes)
-        assert cache is not None and 0 < cache.nbytes <= ds.idle_decoder_bytes
+        cache = process_cache(ds.decode_options.idle_decoders_bytes)
+        assert cache is not None and 0 < cache.nbytes <= ds.decode_options.idle_decoders_bytes
         parked = len(cache)
         assert sum(1 for _ in ref) == len(want[0]) and len(cache) == parked  # a dataset without it leaves it alone
     finally:
@@ -182,7 +182,7 @@ def test_automatic_mode_parks_from_the_second_epoch_exactly_what_it_estimated(sm
                          decode=DecodeOptions(frame_order="segments"))
     ref = CompiledDataset(str(small_compiled), delta_timestamps=WINDOWS, episode_pool_size=2,
                           decode=DecodeOptions(idle_decoders_mb=0, frame_order="segments"))
-    assert ds.idle_decoder_bytes is None and ds.decode_options.idle_decoders_mb is None
+    assert ds.decode_options.idle_decoders_bytes is None and ds.decode_options.idle_decoders_mb is None
     want, want_opens = _epochs(ref, 3)
     got, opens = _epochs(ds, 3)
     n = want_opens[0]

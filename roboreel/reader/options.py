@@ -133,6 +133,21 @@ class DecodeOptions:
         if self.frame_order not in FRAME_ORDERS:
             raise ValueError(f"DecodeOptions.frame_order must be one of {FRAME_ORDERS}, got {self.frame_order!r}")
 
+    @property
+    def run_cache_bytes(self) -> int:
+        """``cache_mb`` in bytes: the run cache's bound for a consumer's CPU decoders (decode/runs.py)."""
+        return int(self.cache_mb * 2**20)
+
+    @property
+    def gpu_run_cache_bytes(self) -> int:
+        """``gpu_cache_mb`` in bytes: the run cache's bound for ``roboreel.loader``'s GPU decoders."""
+        return int(self.gpu_cache_mb * 2**20)
+
+    @property
+    def idle_decoders_bytes(self) -> int | None:
+        """``idle_decoders_mb`` in bytes; None: automatic (decode/idle_policy.py)."""
+        return None if self.idle_decoders_mb is None else int(self.idle_decoders_mb * 2**20)
+
 
 _GROUPS = {"stream": StreamOptions, "decode": DecodeOptions}
 

@@ -145,9 +145,9 @@ class MixtureDataset(StreamCore):
         self.split_options, self.fps = m0.split_options, m0.fps
         self.member_fps = [m.fps for m in self.members]
         self.stream_options, self.decode_options = m0.stream_options, m0.decode_options
-        for name in ("decode_device", "image_transforms", "return_uint8", "tolerance_s", "frame_order", "spread",
-                     "decode_batch", "decode_cache_bytes", "gpu_decode_cache_bytes", "idle_decoder_bytes"):
-            setattr(self, name, getattr(m0, name))
+        # the members were made with the same arguments: the first one's decode device, output form and spread
+        self.decode_device, self.spread = m0.decode_device, m0.spread
+        self.image_transforms, self.return_uint8 = m0.image_transforms, m0.return_uint8
         self.options = opts = canonical or CanonicalOptions()
         self.canon = canon = canonical_features(self.urls, [m.manifest.features for m in self.members],
                                                 [m.camera_keys for m in self.members], opts.remap, opts.pad)
@@ -221,7 +221,7 @@ class MixtureDataset(StreamCore):
         if delta_timestamps is not None or delta_indices is not None:  # each member on its own frame grid
             windows, seconds, self.window_lengths = member_windows(
                 canon, self.member_fps, delta_timestamps=delta_timestamps, delta_indices=delta_indices,
-                tolerance_s=self.tolerance_s)
+                tolerance_s=self.decode_options.tolerance_s)
             for m, w, sec in zip(self.members, windows, seconds, strict=True):
                 m._set_windows(w, sec)
         else:  # members made with their windows (MixtureDataset(members)): the first one's, by canonical key
@@ -236,7 +236,8 @@ class MixtureDataset(StreamCore):
                 c = cm.rename.get(k)
                 if c is not None:
                     self.keep_frames[c] = max(n, self.keep_frames.get(c, 0))
-        self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(_needed, [m.idle_policy for m in self.members]))
+        self.idle_policy = IdlePolicy(self.decode_options.idle_decoders_bytes,
+                                      partial(_needed, [m.idle_policy for m in self.members]))
         self._samples = None
 
     def __repr__(self) -> str:
@@ -302,16 +303,16 @@ class MixtureDataset(StreamCore):
             schedule = make_schedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
                                      pool_size=int(self.pool_sizes[i]), shuffle=self.shuffle,
                                      seed=self.plan.member_seed(i), epoch=epoch, rank=world.rank,
-                                     worker=world.worker, frame_order=self.frame_order, segment=ds.segment,
-                                     spread=self.spread, near=near_offsets(ds.fps))
+                                     worker=world.worker, frame_order=self.decode_options.frame_order,
+                                     segment=ds.segment, spread=self.spread, near=near_offsets(ds.fps))
             schedule.skip(int(done[i]))
             cm = self.canon.members[i]
-            streams.append(MemberStream(ds, schedule, slices, stream=world.consumer, stride=world.consumers,
-                                        shard_prefix=f"{ds.url.rstrip('/')}/", tabular_keys=list(cm.tabular),
-                                        camera_keys=list(cm.cameras)))
+            records = ds._records(tabular_keys=cm.tabular, camera_keys=cm.cameras)
+            streams.append(MemberStream(records, schedule, slices, stream=world.consumer, stride=world.consumers,
+                                        shard_prefix=f"{ds.url.rstrip('/')}/"))
         live = [s for s in streams if s is not None]
-        return run_members(self, live, self._draw(draws[skip:], streams), position, row, self._counters,
-                           deferred=deferred)
+        return run_members(self._decoding(), live, self._draw(draws[skip:], streams), position, row,
+                           self._counters, deferred=deferred)
 
     def _draw(self, draws: np.ndarray, streams: list[MemberStream | None]) -> Iterator[PendingSample]:
         """The pending samples in draw order, each canonical (_samples.py) and tagged with its member and
@@ -336,6 +337,7 @@ class MixtureDataset(StreamCore):
             "mixture": hashlib.sha256(members.encode()).hexdigest()[:16],
             "weights": None if self.plan.weights is None else list(self.plan.weights),
             "samples_per_epoch": self.plan.size, "seed": self.seed, "shuffle": self.shuffle,
-            "pool_sizes": self.pool_sizes.tolist(), "frame_order": self.frame_order, "spread": self.spread,
+            "pool_sizes": self.pool_sizes.tolist(), "frame_order": self.decode_options.frame_order,
+            "spread": self.spread,
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
         }
