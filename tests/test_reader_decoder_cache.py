@@ -15,7 +15,7 @@ from roboreel.reader.decode.decoder_cache import IdleDecoders, decoder_bytes, pr
 from roboreel.reader.decode.idle_policy import AUTO_BUDGET_BYTES, IdlePolicy
 from roboreel.reader.fetch.source import SliceReader, Store
 from roboreel.reader.plan.epoch import Slice
-from roboreel.reader.plan.requests import Clip
+from roboreel.reader.plan.requests import EpisodeClip
 from roboreel.reader.plan.shuffled import MAX_RUNS
 
 DECODER_64 = decoder_bytes(64, 64)  # the fixtures' clips are 64x64
@@ -26,18 +26,18 @@ def _parked() -> IdleDecoders:
     return process_cache(AUTO_BUDGET_BYTES)
 
 
-def _clips(compiled, n: int) -> list[Clip]:
+def _clips(compiled, n: int) -> list[EpisodeClip]:
     """The first ``n`` episodes' clips of the first camera, bytes read from the shards."""
     ds = CompiledDataset(str(compiled))
     m, cam = ds.manifest, ds.camera_keys[0]
     slices = [Slice(i, tuple(s.episodes)) for i, s in enumerate(m.shards)]
     out = []
     for shard, rec in SliceReader(Store(str(compiled)), m).records(slices):
-        out.append(Clip(m.shards[shard].path, rec.index, cam, rec.clips[cam]))
+        out.append(EpisodeClip(m.shards[shard].path, rec.index, cam, rec.clips[cam]))
     return out[:n]
 
 
-def _frames(decoders: ClipDecoders, clip: Clip, frames: list[int]) -> dict[int, torch.Tensor]:
+def _frames(decoders: ClipDecoders, clip: EpisodeClip, frames: list[int]) -> dict[int, torch.Tensor]:
     return {f: t for f, (t, _) in decoders.frames(clip, dict.fromkeys(frames, 0)).items()}
 
 
@@ -52,7 +52,7 @@ def test_a_parked_decoder_seeks_back_and_gives_a_fresh_decoders_frames(small_com
     first.release(clip)
     assert len(idle) == 1 and len(first) == 0
     # the next epoch: the same clip, its bytes read again (another object), another stream
-    again = Clip(clip.shard, clip.episode, clip.camera, bytes(bytearray(clip.data)), stream=1)
+    again = EpisodeClip(clip.shard, clip.episode, clip.camera, bytes(bytearray(clip.data)), stream=1)
     second, fresh = ClipDecoders(idle=idle), ClipDecoders()
     wanted = [0, 1, 5, n - 1]
     got, want = _frames(second, again, wanted), _frames(fresh, clip, wanted)

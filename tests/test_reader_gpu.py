@@ -29,7 +29,7 @@ from roboreel.reader.decode.routing import Router, choose_device, parse_decode_d
 from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.loader._loader import _PendingStream
 from roboreel.reader.plan.epoch import World
-from roboreel.reader.plan.requests import Clip
+from roboreel.reader.plan.requests import EpisodeClip
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
 HAVE_CUDA = torch.cuda.is_available()
@@ -179,7 +179,7 @@ def test_each_clip_is_shipped_once(compiled, num_workers):
 
 def test_a_clip_without_its_bytes_is_refused():
     with pytest.raises(RuntimeError, match=r"s:000003.cam.mp4 arrived without its bytes.*in_order=True"):
-        ClipStore().admit({("s", 3, "cam", 0): Clip("s", 3, "cam", b"")})
+        ClipStore().admit({("s", 3, "cam", 0): EpisodeClip("s", 3, "cam", b"")})
 
 
 # -- the loader against the plain DataLoader ---------------------------------------------------------------

@@ -89,9 +89,9 @@ class MemberStream:
     """One dataset's part of a consumer's epoch: its slices read on a prefetch thread, turned into the pending
     samples of its episode pool (``schedule``). A mixture (reader/mixture/_dataset.py) runs one per member dataset.
 
-    Clip identities (``Clip.key``) must be unique among a process's live clips: ``shard_prefix`` tells members
-    apart (two datasets may both hold ``shards/000000.tar`` episode 0), and an episode read again in the same
-    stream (a mixture's member repeating: its next pass) gets ``stream + repeat * stride``. Lazy: nothing is
+    Clip identities (``EpisodeClip.key``) must be unique among a process's live clips: ``shard_prefix`` tells
+    members apart (two datasets may both hold ``shards/000000.tar`` episode 0), and an episode read again in the
+    same stream (a mixture's member repeating: its next pass) gets ``stream + repeat * stride``. Lazy: nothing is
     opened before the first ``next()``."""
 
     def __init__(self, records: Records, schedule: PoolSchedule, slices: list[Slice], *, stream: int,

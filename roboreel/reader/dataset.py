@@ -93,8 +93,8 @@ class CompiledDataset(StreamCore):
         batch_size: the DataLoader's batch size: workers then emit whole batches, so ``len(DataLoader)`` is exact.
         stream: transport knobs (readahead, retries, backoff_s, verify_checksums, storage_options), a
             ``roboreel.StreamOptions``.
-        decode: decode knobs (device, fallback, batch, cache_mb, gpu_cache_mb, tolerance_s, frame_order,
-            idle_decoders_mb), a ``roboreel.DecodeOptions``.
+        decode: decode knobs (device: the decode device, fallback, batch, cache_mb: the run cache, gpu_cache_mb,
+            tolerance_s, frame_order, idle_decoders_mb), a ``roboreel.DecodeOptions``.
 
     ``meta`` is the dataset's LeRobot-shaped metadata (features, fps, stats, tasks, episodes; read on first use),
     ``num_frames`` / ``num_episodes`` count the whole selection (all ranks), like LeRobotDataset; ``len()`` is

@@ -35,24 +35,24 @@ from roboreel.formats.errors import FrameTimestampError
 from roboreel.formats.table_features import LANGUAGE_COLUMNS
 from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, decoded_images, finish_images
 from roboreel.reader.decode.unit import unit_float
-from roboreel.reader.plan.requests import Clip, PendingSample, Rows
+from roboreel.reader.plan.requests import EpisodeClip, PendingSample, Rows
 
-ClipKey = tuple[str, int, str, int]  # Clip.key: shard, episode, camera, stream
+ClipKey = tuple[str, int, str, int]  # EpisodeClip.key: shard, episode, camera, stream
 
 
 def ship_once(pending: Iterator[PendingSample]) -> Iterator[PendingSample]:
     """Strip clip bytes from every reference but a clip's first (and from ``release``): see the module doc."""
-    stubs: dict[ClipKey, Clip] = {}
+    stubs: dict[ClipKey, EpisodeClip] = {}
     for p in pending:
         for req in p.video.values():
             key = req.clip.key
             stub = stubs.get(key)
             if stub is None:
-                stubs[key] = Clip.stub(key)  # this sample carries the bytes
+                stubs[key] = EpisodeClip.stub(key)  # this sample carries the bytes
             else:
                 req.clip = stub
         if p.release:
-            p.release = tuple(stubs.pop(c.key, None) or Clip.stub(c.key) for c in p.release)
+            p.release = tuple(stubs.pop(c.key, None) or EpisodeClip.stub(c.key) for c in p.release)
         yield p
 
 
@@ -72,7 +72,7 @@ class PendingBatch:
     size: int
     values: dict[str, Any]  # every non-camera key, collated as default_collate does (tensors, ``task`` list)
     cameras: dict[str, CameraPlan]
-    clips: dict[ClipKey, Clip]  # clips this batch reads; bytes only where this is their first shipment
+    clips: dict[ClipKey, EpisodeClip]  # clips this batch reads; bytes only where this is their first shipment
     wanted: dict[ClipKey, tuple[dict[int, float], dict[int, int]]]  # clip -> {frame: queried_s}, {frame: lane}
     release: list[ClipKey]  # clips no later batch reads (their episode left the pool)
     produce_seconds: float = 0.0  # worker time spent producing these samples
@@ -126,7 +126,7 @@ def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]
     if not samples:
         raise ValueError("collate_pending needs at least one pending sample")
     cameras: dict[str, CameraPlan] = {}
-    clips: dict[ClipKey, Clip] = {}
+    clips: dict[ClipKey, EpisodeClip] = {}
     wanted: dict[ClipKey, tuple[dict[int, float], dict[int, int]]] = {}
     release: list[ClipKey] = []
     runs: dict[ClipKey, dict[int, int]] = {}
@@ -254,9 +254,9 @@ class ClipStore:
     """Main-process side of ship-once: the bytes of every clip some worker still pools."""
 
     def __init__(self) -> None:
-        self._clips: dict[ClipKey, Clip] = {}
+        self._clips: dict[ClipKey, EpisodeClip] = {}
 
-    def admit(self, clips: dict[ClipKey, Clip]) -> None:
+    def admit(self, clips: dict[ClipKey, EpisodeClip]) -> None:
         for key, clip in clips.items():
             if clip.data:
                 self._clips[key] = clip
@@ -264,10 +264,10 @@ class ClipStore:
                 raise RuntimeError(f"clip {clip.name} arrived without its bytes and was never shipped before: "
                                    "the decode stage needs the DataLoader's in-order delivery (in_order=True)")
 
-    def get(self, key: ClipKey) -> Clip:
+    def get(self, key: ClipKey) -> EpisodeClip:
         return self._clips[key]
 
-    def release(self, key: ClipKey) -> Clip | None:
+    def release(self, key: ClipKey) -> EpisodeClip | None:
         return self._clips.pop(key, None)
 
     def clear(self) -> None:
@@ -324,5 +324,5 @@ def assemble(
     finish_images(out, batch.images, image_transforms, batched=True)
     for key in batch.release:
         clip = store.release(key)
-        decoders.release(clip if clip is not None else Clip.stub(key))
+        decoders.release(clip if clip is not None else EpisodeClip.stub(key))
     return out

@@ -2,8 +2,8 @@
 
 Applied to each *pending* sample as the mixture draws it (before decode), so the one pass serves both readers:
 ``iter(dataset)`` decodes the renamed requests, and ``roboreel.loader`` ships them. A camera's clip is renamed too
-(a copy of the episode's ``Clip`` under the canonical camera, shared by every request of its episode while it is
-pooled; the episode's own clips stay as made, since a kept episode serves the next epoch: plan/episode_cache.py):
+(a copy of the episode's ``EpisodeClip`` under the canonical camera, shared by every request of its episode while it
+is pooled; the episode's own clips stay as made, since a kept episode serves the next epoch: plan/episode_cache.py):
 decoders, the frames kept of a window, depth and the loader's camera specs then all speak canonical keys. Values a
 member has are passed through untouched except for the zero-padding at the end of a 1-D feature (and the
 normalisation, when asked for). A missing camera is a
@@ -22,7 +22,7 @@ from roboreel.formats.manifest import CameraSpec, Manifest
 from roboreel.reader.mixture._blank import blank_request
 from roboreel.reader.mixture._canonical import Canonical
 from roboreel.reader.mixture._normalize import Normalizer
-from roboreel.reader.plan.requests import Clip, PendingSample
+from roboreel.reader.plan.requests import EpisodeClip, PendingSample
 
 _PAD = "_is_pad"
 
@@ -40,7 +40,8 @@ class MemberSamples:
     """
 
     def __init__(self, canon: Canonical, index: int, *, order: Sequence[str],
-                 blanks: Mapping[str, Clip], windows: Mapping[str, int], normalizer: Normalizer | None) -> None:
+                 blanks: Mapping[str, EpisodeClip], windows: Mapping[str, int],
+                 normalizer: Normalizer | None) -> None:
         m = canon.members[index]
         self.rename = dict(m.rename)
         self.rename.update({f"{k}{_PAD}": f"{v}{_PAD}" for k, v in m.rename.items()})
@@ -52,9 +53,9 @@ class MemberSamples:
         self.normalizer = normalizer
         self.dim_masks = {k: np.arange(n) >= m.pad.get(k, n) for k, n in canon.sizes.items()}
         self.missing = {c: np.array(c in m.missing) for c in canon.missing_cameras}
-        self._copies: dict[tuple[str, int, str, int], Clip] = {}  # pooled clip (own key) -> its renamed copy
+        self._copies: dict[tuple[str, int, str, int], EpisodeClip] = {}  # pooled clip (own key) -> renamed copy
 
-    def _renamed(self, clip: Clip, *, last: bool = False) -> Clip:
+    def _renamed(self, clip: EpisodeClip, *, last: bool = False) -> EpisodeClip:
         """``clip`` under its canonical camera: one copy per clip while its episode is pooled (the bytes shared),
         dropped with ``last`` (the episode left the pool)."""
         camera = self.rename.get(clip.camera, clip.camera)

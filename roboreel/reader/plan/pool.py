@@ -30,7 +30,7 @@ from roboreel.formats.table_features import image_bytes, image_problem
 from roboreel.reader.plan.epoch import TAG_FRAMES, TAG_POOL, Slice
 from roboreel.reader.plan.requests import (
     MAX_LANES,
-    Clip,
+    EpisodeClip,
     FrameRequest,
     ImageRequest,
     PendingSample,
@@ -222,11 +222,11 @@ class LoadedEpisode:
             raise CompiledFormatError("rows are not frames 0..length-1 in order", file=shard, episode=self.index)
         self.numeric = frozenset(k for k, v in self.columns.items() if isinstance(v, np.ndarray))
         self.timestamps = np.asarray(self.columns["timestamp"], dtype=np.float64).reshape(self.length)
-        self.clips: dict[str, Clip] = {}
+        self.clips: dict[str, EpisodeClip] = {}
         for cam in camera_keys:
             if cam not in record.clips:
                 raise CompiledFormatError(f"record lacks the clip of camera {cam!r}", file=shard, episode=self.index)
-            self.clips[cam] = Clip(shard, self.index, cam, record.clips[cam], stream)
+            self.clips[cam] = EpisodeClip(shard, self.index, cam, record.clips[cam], stream)
         self.windows = windows
         self.lanes = {cam: window_lanes(len(windows[cam])) for cam in self.clips if cam in windows}
         task_index = self.columns.get("task_index")

@@ -1,5 +1,5 @@
 """What plan hands decode: a ``PendingSample`` (tabular values + per camera a ``FrameRequest`` naming frames of
-a compressed ``Clip``; an image feature's encoded images as an ``ImageRequest``).
+a compressed ``EpisodeClip``; an image feature's encoded images as an ``ImageRequest``).
 
 The plan room (reader/plan/pool.py) builds these and the decode room consumes them: decode imports this module,
 plan imports nothing of decode, so a sample crosses from plan to decode once, one way. The values a sample has not
@@ -17,7 +17,7 @@ import numpy as np
 
 
 @dataclass(eq=False)
-class Clip:
+class EpisodeClip:
     """One camera's compressed clip of one episode: ``key`` identifies it for decoder reuse. ``stream`` tells
     apart the copies of one clip that two consumers (DataLoader workers) hold when the split cut its episode
     between them: each releases its own (reader/plan/epoch.py)."""
@@ -33,7 +33,7 @@ class Clip:
         return (self.shard, self.episode, self.camera, self.stream)
 
     @classmethod
-    def stub(cls, key: tuple[str, int, str, int]) -> Clip:
+    def stub(cls, key: tuple[str, int, str, int]) -> EpisodeClip:
         """The clip named by ``key`` without its bytes (they travelled with an earlier reference)."""
         shard, episode, camera, stream = key
         return cls(shard, episode, camera, b"", stream)
@@ -47,7 +47,7 @@ class Clip:
 class FrameRequest:
     """The frames one sample needs from one clip, in window order (repeats allowed, e.g. clamped edges)."""
 
-    clip: Clip
+    clip: EpisodeClip
     frames: np.ndarray  # int64 frame numbers within the clip (= frame_index within the episode)
     queried_s: np.ndarray  # float64: the timestamp each frame must show (the row's timestamp), for tolerance checks
     stacked: bool  # True -> [T, C, H, W]; False -> [C, H, W] (no window, or a one-offset window, as LeRobot)
@@ -98,7 +98,7 @@ class PendingSample:
     # ``ImageRequest`` (decoded by decode/images.py); None while ``rows`` holds them ungathered (``sample_values``)
     values: dict[str, Any] | None
     video: dict[str, FrameRequest]  # camera key -> request, in camera order
-    release: tuple[Clip, ...] = ()  # clips no later sample needs (their episode left the pool)
+    release: tuple[EpisodeClip, ...] = ()  # clips no later sample needs (their episode left the pool)
     # image features among ``values`` (decode/images.py decodes and finishes them) -> whether image_transforms apply
     images: Mapping[str, bool] = field(default_factory=dict)
     rows: Rows | None = None
