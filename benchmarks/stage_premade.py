@@ -63,7 +63,7 @@ def main() -> int:
     from roboreel.reader.decode.routing import Router
     from roboreel.reader.decode.runs import RunBudget
     from roboreel.reader.decode.stage import DecodePool, default_decode_threads, default_inflight_batches
-    from roboreel.reader.loader import _PendingStream
+    from roboreel.reader.loader._loader import _PendingStream
 
     pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES, DECODE_TRIM_THRESHOLD_BYTES)  # as roboreel.loader's process
     dts = None
@@ -79,7 +79,7 @@ def main() -> int:
     threads = args.decode_threads or default_decode_threads()
     inflight = args.inflight_batches or default_inflight_batches(threads)
     cameras = {c.key: c for c in ds.manifest.cameras}
-    buffers, budget, idle = BufferPool(), RunBudget(ds.decode_cache_bytes), ds.idle_policy.begin()
+    buffers, budget, idle = BufferPool(), RunBudget(ds.decode_options.run_cache_bytes), ds.idle_policy.begin()
     dtype = torch.uint8 if ds.return_uint8 else torch.float32
 
     def batches() -> DataLoader:
@@ -88,7 +88,7 @@ def main() -> int:
     firsts: list[float] = []  # per epoch: seconds until its first pending batch was there
 
     def epoch(source: Any) -> int:
-        """One epoch through a fresh pool, as the loader's stage runs one (decode/stage.py, loader_stage.py)."""
+        """One epoch through a fresh pool, as the loader's stage runs one (decode/stage.py, reader/loader/_stage.py)."""
         start = time.perf_counter()
         source = iter(source)
         router = Router("cpu", cameras=cameras, capability=None)
@@ -98,7 +98,7 @@ def main() -> int:
                                   gpu_run_budget=None, idle=idle, depth=ds.depth)
 
         pool = DecodePool(threads=threads, make_decoders=make, cameras=cameras, pin=False, dtype=dtype,
-                          staging={c: torch.device("cpu") for c in cameras}, tolerance_s=ds.tolerance_s,
+                          staging={c: torch.device("cpu") for c in cameras}, tolerance_s=ds.decode_options.tolerance_s,
                           buffers=buffers)
         jobs: deque = deque()
         n = 0

@@ -231,7 +231,7 @@ def _known_names() -> set[str]:
     from roboreel.integrations.lerobot.options import LoaderOptions
     from roboreel.reader.loader import DeviceLoader, loader
     from roboreel.reader.mixture import CanonicalOptions, MixtureDataset, build_mixture
-    from roboreel.reader.normalize import NORM_MODES
+    from roboreel.reader.mixture._normalize import NORM_MODES
     from roboreel.synth import SynthConfig
     from roboreel.synth.tables import LANGUAGE_FEATURES
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import roboreel
 
 PKG = Path(roboreel.__file__).parent
-# room -> the rooms it may import (docs/architecture.md): face -> fetch -> plan -> decode
-READER_ALLOWED = {"face": {"face", "fetch", "plan", "decode"}, "fetch": {"fetch", "plan", "decode"},
-                  "plan": {"plan", "decode"}, "decode": {"decode"}}
+# room -> the rooms it may import (docs/architecture.md): the face wires fetch, plan and decode; fetch and decode
+# read plan's types (slices, requests); plan is pure and imports only itself
+READER_ALLOWED = {"face": {"face", "fetch", "plan", "decode"}, "fetch": {"fetch", "plan"},
+                  "plan": {"plan"}, "decode": {"decode", "plan"}}
 
 
 def _module(path: Path) -> str:
@@ -47,6 +48,14 @@ def _room(module: str) -> str:
 def test_reader_rooms_import_one_way():
     wrong = [(m, i) for m, deps in _graph().items() if m.startswith("roboreel.reader.")
              for i in deps if i.startswith("roboreel.reader.") and _room(i) not in READER_ALLOWED[_room(m)]]
+    assert wrong == []
+
+
+def test_plan_imports_no_decode():
+    """plan/ decides which sample comes next and what it needs; it hands decode its requests (plan/requests.py)
+    and never imports decode/ (nor fetch/, nor the face): a sample crosses from plan to decode one way."""
+    wrong = [(m, i) for m, deps in _graph().items() if m.startswith("roboreel.reader.plan")
+             for i in deps if i.startswith("roboreel.reader.") and not i.startswith("roboreel.reader.plan")]
     assert wrong == []
 
 

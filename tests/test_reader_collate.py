@@ -12,7 +12,7 @@ from support.datasets import compiled_pair
 
 from roboreel.reader import CompiledDataset
 from roboreel.reader.decode.deferred import collate_pending
-from roboreel.reader.loader import _PendingStream
+from roboreel.reader.loader._loader import _PendingStream
 
 WINDOWS = {"action": [-0.1, 0.0, 0.2], "observation.images.top": [-0.1, -0.05, 0.0],
            "observation.images.wrist": [0.0, 0.05]}

@@ -13,10 +13,10 @@ from roboreel.bench.reference import ReferenceDataset
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.reader import CompiledDataset, DecodeOptions
 from roboreel.reader.decode.clips import DEFAULT_RUN_CACHE_BYTES, ClipDecoders, _calls, materialize
-from roboreel.reader.decode.requests import Clip, FrameRequest, PendingSample
 from roboreel.reader.fetch.source import SliceReader, Store
 from roboreel.reader.plan.epoch import Slice
 from roboreel.reader.plan.pool import LoadedEpisode, PoolSchedule, pending_samples
+from roboreel.reader.plan.requests import EpisodeClip, FrameRequest, PendingSample
 
 CAMERAS = ["observation.images.top", "observation.images.wrist"]
 # Windows that cross both episode ends (episodes are 10..60 frames at 20 fps) on tabular and camera keys.
@@ -164,7 +164,7 @@ def test_frame_timestamp_check_names_the_clip(medium):
     ds = CompiledDataset(str(compiled))
     m = ds.manifest
     rec = next(SliceReader(Store(str(compiled)), m).records([Slice(0, (m.shards[0].episodes[0],))]))[1]
-    clip = Clip(m.shards[0].path, rec.index, CAMERAS[0], rec.clips[CAMERAS[0]])
+    clip = EpisodeClip(m.shards[0].path, rec.index, CAMERAS[0], rec.clips[CAMERAS[0]])
     ok = FrameRequest(clip, np.array([3]), np.array([0.15]), False)
     (sample,) = materialize([PendingSample(rec.index, 3, {}, {CAMERAS[0]: ok})], ClipDecoders(), tolerance_s=1e-4)
     assert codes(sample[CAMERAS[0]])[0][1:] == (rec.index, 0)
@@ -199,7 +199,7 @@ def test_approximate_seek_mode_is_exact_on_compiled_clips(medium):
     for cam, data in rec.clips.items():
         approx = ClipDecoders(seek_mode="approximate")
         exact = ClipDecoders(seek_mode="exact")
-        clip = Clip("s", rec.index, cam, data)
+        clip = EpisodeClip("s", rec.index, cam, data)
         for f in order:
             (a, pa), (e, pe) = approx.frames(clip, {f: 0})[f], exact.frames(clip, {f: 0})[f]
             assert torch.equal(a, e) and pa == pe == pytest.approx(f / m.fps, abs=1e-9)
@@ -216,7 +216,7 @@ def test_a_call_mixing_two_gop_runs_continues_before_it_seeks_back(medium):
     shard = next(s for s in ds.manifest.shards if ep.index in s.episodes)
     with tarfile.open(compiled / shard.path) as tar:
         data = tar.extractfile(f"{ep.index:06d}.{CAMERAS[0]}.mp4").read()
-    clip = Clip(shard.path, ep.index, CAMERAS[0], data)
+    clip = EpisodeClip(shard.path, ep.index, CAMERAS[0], data)
     decoders = ClipDecoders()
     for asked, calls in (([40, 41, 42], 1), ([43], 1), ([20, 44], 2), ([21, 22], 1), ([45, 46], 1), ([23, 47], 2)):
         before = decoders.stats.decode_calls

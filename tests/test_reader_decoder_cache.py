@@ -13,9 +13,9 @@ from roboreel.reader import CompiledDataset, DecodeOptions
 from roboreel.reader.decode.clips import ClipDecoders
 from roboreel.reader.decode.decoder_cache import IdleDecoders, decoder_bytes, process_cache
 from roboreel.reader.decode.idle_policy import AUTO_BUDGET_BYTES, IdlePolicy
-from roboreel.reader.decode.requests import Clip
 from roboreel.reader.fetch.source import SliceReader, Store
 from roboreel.reader.plan.epoch import Slice
+from roboreel.reader.plan.requests import EpisodeClip
 from roboreel.reader.plan.shuffled import MAX_RUNS
 
 DECODER_64 = decoder_bytes(64, 64)  # the fixtures' clips are 64x64
@@ -26,18 +26,18 @@ def _parked() -> IdleDecoders:
     return process_cache(AUTO_BUDGET_BYTES)
 
 
-def _clips(compiled, n: int) -> list[Clip]:
+def _clips(compiled, n: int) -> list[EpisodeClip]:
     """The first ``n`` episodes' clips of the first camera, bytes read from the shards."""
     ds = CompiledDataset(str(compiled))
     m, cam = ds.manifest, ds.camera_keys[0]
     slices = [Slice(i, tuple(s.episodes)) for i, s in enumerate(m.shards)]
     out = []
     for shard, rec in SliceReader(Store(str(compiled)), m).records(slices):
-        out.append(Clip(m.shards[shard].path, rec.index, cam, rec.clips[cam]))
+        out.append(EpisodeClip(m.shards[shard].path, rec.index, cam, rec.clips[cam]))
     return out[:n]
 
 
-def _frames(decoders: ClipDecoders, clip: Clip, frames: list[int]) -> dict[int, torch.Tensor]:
+def _frames(decoders: ClipDecoders, clip: EpisodeClip, frames: list[int]) -> dict[int, torch.Tensor]:
     return {f: t for f, (t, _) in decoders.frames(clip, dict.fromkeys(frames, 0)).items()}
 
 
@@ -52,7 +52,7 @@ def test_a_parked_decoder_seeks_back_and_gives_a_fresh_decoders_frames(small_com
     first.release(clip)
     assert len(idle) == 1 and len(first) == 0
     # the next epoch: the same clip, its bytes read again (another object), another stream
-    again = Clip(clip.shard, clip.episode, clip.camera, bytes(bytearray(clip.data)), stream=1)
+    again = EpisodeClip(clip.shard, clip.episode, clip.camera, bytes(bytearray(clip.data)), stream=1)
     second, fresh = ClipDecoders(idle=idle), ClipDecoders()
     wanted = [0, 1, 5, n - 1]
     got, want = _frames(second, again, wanted), _frames(fresh, clip, wanted)
@@ -123,8 +123,8 @@ def test_epochs_read_exactly_with_the_cache_and_open_nothing_once_it_holds_the_d
     want, want_opens = _epochs(ref, 3)
     try:
         got, opens = _epochs(ds, 3)
-        cache = process_cache(ds.idle_decoder_bytes)
-        assert cache is not None and 0 < cache.nbytes <= ds.idle_decoder_bytes
+        cache = process_cache(ds.decode_options.idle_decoders_bytes)
+        assert cache is not None and 0 < cache.nbytes <= ds.decode_options.idle_decoders_bytes
         parked = len(cache)
         assert sum(1 for _ in ref) == len(want[0]) and len(cache) == parked  # a dataset without it leaves it alone
     finally:
@@ -182,7 +182,7 @@ def test_automatic_mode_parks_from_the_second_epoch_exactly_what_it_estimated(sm
                          decode=DecodeOptions(frame_order="segments"))
     ref = CompiledDataset(str(small_compiled), delta_timestamps=WINDOWS, episode_pool_size=2,
                           decode=DecodeOptions(idle_decoders_mb=0, frame_order="segments"))
-    assert ds.idle_decoder_bytes is None and ds.decode_options.idle_decoders_mb is None
+    assert ds.decode_options.idle_decoders_bytes is None and ds.decode_options.idle_decoders_mb is None
     want, want_opens = _epochs(ref, 3)
     got, opens = _epochs(ds, 3)
     n = want_opens[0]

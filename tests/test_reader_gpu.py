@@ -25,11 +25,11 @@ import roboreel
 from roboreel.reader import CompiledDataset, DecodeOptions, DeviceLoader
 from roboreel.reader.decode.deferred import ClipStore, assemble, collate_pending
 from roboreel.reader.decode.gpu import DeviceDecoders
-from roboreel.reader.decode.requests import Clip
 from roboreel.reader.decode.routing import Router, choose_device, parse_decode_device, resolve_decode_device
 from roboreel.reader.decode.runs import RunBudget
-from roboreel.reader.loader import _PendingStream
+from roboreel.reader.loader._loader import _PendingStream
 from roboreel.reader.plan.epoch import World
+from roboreel.reader.plan.requests import EpisodeClip
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
 HAVE_CUDA = torch.cuda.is_available()
@@ -179,7 +179,7 @@ def test_each_clip_is_shipped_once(compiled, num_workers):
 
 def test_a_clip_without_its_bytes_is_refused():
     with pytest.raises(RuntimeError, match=r"s:000003.cam.mp4 arrived without its bytes.*in_order=True"):
-        ClipStore().admit({("s", 3, "cam", 0): Clip("s", 3, "cam", b"")})
+        ClipStore().admit({("s", 3, "cam", 0): EpisodeClip("s", 3, "cam", b"")})
 
 
 # -- the loader against the plain DataLoader ---------------------------------------------------------------
@@ -392,13 +392,14 @@ def test_gpu_decoders_keep_their_runs_under_their_own_budget(large):
     """Runs decoded on a GPU live in GPU memory under DecodeOptions.gpu_cache_mb, CPU (fallback) runs under
     cache_mb: a batch asks ~2 frames of each of its clips, and the CPU bound (96 MiB) refused most NVDEC runs."""
     ds = CompiledDataset(str(large), decode=DecodeOptions(cache_mb=8, gpu_cache_mb=512))
-    assert (ds.decode_cache_bytes, ds.gpu_decode_cache_bytes) == (8 << 20, 512 << 20)
+    opts = ds.decode_options
+    assert (opts.run_cache_bytes, opts.gpu_run_cache_bytes) == (8 << 20, 512 << 20)
     assert DecodeOptions().gpu_cache_mb == 1024
     with pytest.raises(ValueError, match="gpu_cache_mb must be a number >= 0"):
         DecodeOptions(gpu_cache_mb=-1)
     router = Router("cuda:0", cameras={c.key: c for c in ds.manifest.cameras}, capability=(9, 0),
                     torchcodec_cuda=(True, "assumed"))
-    cpu, gpu = RunBudget(ds.decode_cache_bytes), RunBudget(ds.gpu_decode_cache_bytes)
+    cpu, gpu = RunBudget(opts.run_cache_bytes), RunBudget(opts.gpu_run_cache_bytes)
     decoders = DeviceDecoders(router, run_budget=cpu, gpu_run_budget=gpu)
     assert decoders.cpu.budget is cpu and decoders.gpu is not None and decoders.gpu.budget is gpu
     shared = DeviceDecoders(router, run_budget=cpu)  # no GPU bound given: one budget for both, as before

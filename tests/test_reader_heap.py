@@ -107,7 +107,7 @@ def test_an_in_process_loader_epoch_trims_the_heap_once(small_compiled, monkeypa
     """With ``num_workers=0`` the dataset's undecoded stream and the decode stage end each epoch in the same
     process: only the stage, after its decoders are closed, gives the free pages back (one ``malloc_trim`` an
     epoch, ~2-4 ms of CPU each). Iterating the dataset itself still trims at its end."""
-    from roboreel.reader import loader_stage
+    from roboreel.reader.loader import _stage as loader_stage
     from roboreel.reader.loader import loader
 
     trims = []

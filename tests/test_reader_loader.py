@@ -28,8 +28,8 @@ from roboreel.reader.decode.heap import DECODE_CALL_BYTES
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
 from roboreel.reader.decode.stage import DecodePool, default_decode_threads
-from roboreel.reader.loader import DeviceLoader, _PendingStream
-from roboreel.reader.loader_stage import finish_batch
+from roboreel.reader.loader._loader import DeviceLoader, _PendingStream
+from roboreel.reader.loader._stage import finish_batch
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
 CAMERAS = ["observation.images.top", "observation.images.wrist"]
@@ -183,7 +183,7 @@ def _decode_epoch(ds, budget: RunBudget, *, max_call_bytes: int, threads: int = 
     router = Router("cpu", cameras=cameras)
     pool = DecodePool(threads=threads, cameras=cameras, staging={c: torch.device("cpu") for c in cameras},
                       make_decoders=lambda: DeviceDecoders(router, max_call_bytes=max_call_bytes, run_budget=budget),
-                      pin=False, tolerance_s=ds.tolerance_s)
+                      pin=False, tolerance_s=ds.decode_options.tolerance_s)
     out, peak = [], 0
     try:
         for pb in DataLoader(_PendingStream(ds), batch_size=4, collate_fn=collate_pending):
@@ -230,7 +230,7 @@ def test_a_bad_clip_fails_its_batch_naming_the_clip(compiled, max_call_bytes):
     router = Router("cpu", cameras=cameras)
     pool = DecodePool(threads=2, make_decoders=lambda: DeviceDecoders(router, max_call_bytes=max_call_bytes),
                       cameras=cameras, staging={c: torch.device("cpu") for c in cameras}, pin=False,
-                      tolerance_s=ds.tolerance_s)
+                      tolerance_s=ds.decode_options.tolerance_s)
     try:
         job = pool.submit(pbs[0])
         with pytest.raises(CompiledFormatError, match=rf"{clip.shard}.*episode {clip.episode}|{clip.name}"):
@@ -274,7 +274,7 @@ def test_channels_last_staging_gives_the_same_contiguous_batches(compiled, uint8
     cameras = {c.key: c for c in ds.manifest.cameras}
     router = Router("cpu", cameras=cameras)
     pool = DecodePool(threads=2, make_decoders=lambda: DeviceDecoders(router, keep=ds.keep_frames), cameras=cameras,
-                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.tolerance_s,
+                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.decode_options.tolerance_s,
                       channels_last=True)
     got = []
     try:
@@ -304,7 +304,7 @@ def test_closing_with_chained_tasks_queued_returns(compiled):
     cameras = {c.key: c for c in ds.manifest.cameras}
     router = Router("cpu", cameras=cameras)
     pool = DecodePool(threads=1, make_decoders=lambda: DeviceDecoders(router), cameras=cameras,
-                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.tolerance_s)
+                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.decode_options.tolerance_s)
     gate = threading.Event()
     pool._executor.submit(gate.wait)  # hold the only thread, so every task below queues (chained per clip)
     for pb in pbs[:4]:

@@ -1,6 +1,6 @@
 """``roboreel.loader`` keeps its DataLoader workers across epochs by default, and every epoch is still
 the one the trainer asked for: ``set_epoch`` made after the first epoch reaches persistent workers (their copies of
-the dataset are made once; reader/plan/board.py), ``len()``, ``state_dict`` / ``load_state_dict`` in epoch 2+
+the dataset are made once; reader/board.py), ``len()``, ``state_dict`` / ``load_state_dict`` in epoch 2+
 (a fresh loader and the live one), iterating without ``set_epoch``, and ``close()``. Batches are compared bit for
 bit, and frames by their pixel codes, against a plain ``DataLoader(CompiledDataset)`` with workers forked anew
 every epoch (the copy is then always current), over whole epochs.

@@ -1,6 +1,6 @@
-"""The canonical keys of a mixture as pure functions of the members' feature dicts and stats (reader/canonical.py,
-canonical_stats.py, normalize.py): what is renamed, padded, missing or left out, what is refused and why, and the
-stats pooled per element without padded values."""
+"""The canonical keys of a mixture as pure functions of the members' feature dicts and stats (reader/mixture/:
+_canonical.py, _stats.py, _normalize.py): what is renamed, padded, missing or left out, what is refused and why,
+and the stats pooled per element without padded values."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from roboreel.formats.merge import MixtureMismatch, aggregate_stats
-from roboreel.reader.canonical import canonical
-from roboreel.reader.canonical_stats import canonical_stats
-from roboreel.reader.normalize import Normalizer
+from roboreel.reader.mixture._canonical import canonical
+from roboreel.reader.mixture._normalize import Normalizer
+from roboreel.reader.mixture._stats import canonical_stats
 
 
 def _vec(n):

@@ -1,4 +1,4 @@
-"""The mixture plan (reader/plan/mixture.py) as properties: weights met, determinism, equal steps for world sizes
+"""The mixture plan (reader/mixture/_plan.py) as properties: weights met, determinism, equal steps for world sizes
 1-4 and 0-3 DataLoader workers, every member's virtual stream cut into disjoint runs that cover it, resume
 arithmetic. Pure: no data is read, except one compiled index for the passes of a repeating member."""
 
@@ -11,8 +11,8 @@ import pytest
 from support.datasets import compiled_pair
 
 from roboreel.formats.manifest import load_manifest
+from roboreel.reader.mixture._plan import MixturePlan, member_quotas, member_slices, skip_counts
 from roboreel.reader.plan.epoch import SplitOptions, World, selection
-from roboreel.reader.plan.mixture import MixturePlan, member_quotas, member_slices, skip_counts
 
 
 def test_quotas_meet_the_weights_within_one_draw():

@@ -43,9 +43,9 @@ def test_groups_reach_the_dataset(small_compiled):
     decode = DecodeOptions(batch=4, cache_mb=0, frame_order="random", tolerance_s=2e-4, idle_decoders_mb=1)
     ds = CompiledDataset(str(small_compiled), stream=stream, decode=decode)
     assert ds.stream_options is stream and ds.decode_options is decode
-    assert (ds.retry, ds.readahead, ds.verify_checksums) == (Retry(2, 0.01), 3, False)
-    assert (ds.decode_batch, ds.decode_cache_bytes, ds.frame_order, ds.tolerance_s, ds.decode_device,
-            ds.idle_decoder_bytes) == (4, 0, "random", 2e-4, "cpu", 2**20)
+    assert (stream.retry, stream.readahead, stream.verify_checksums) == (Retry(2, 0.01), 3, False)
+    assert (decode.batch, decode.run_cache_bytes, decode.frame_order, decode.tolerance_s, ds.decode_device,
+            decode.idle_decoders_bytes) == (4, 0, "random", 2e-4, "cpu", 2**20)
     assert stream.retry == Retry(retries=2, backoff_s=0.01) and StreamOptions().retry == Retry()
     default = CompiledDataset(str(small_compiled))
     assert default.stream_options == StreamOptions() and default.decode_options == DecodeOptions()

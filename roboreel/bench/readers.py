@@ -19,7 +19,7 @@
 - ``loader_unmixed``: ``loader_readme`` with ``mix_workers=False``: every batch from one worker's pool, as
   ``DataLoader(dataset, batch_size=...)`` batches (the README's call mixes every worker's share into each batch)
 - ``largest`` / ``largest_loader``: ``compiled`` / ``loader`` over the largest member of a mixture alone
-  (``compiled`` given as ``a,b,...``), the yardstick of a mixture's throughput (reader/mixture.py).
+  (``compiled`` given as ``a,b,...``), the yardstick of a mixture's throughput (reader/mixture/_dataset.py).
 - ``reference``: roboreel's map-style reader over the *source* (random sampler, batched ``__getitems__``,
   decoder reuse): the honest fast baseline for reading LeRobot v3 as it is published.
 - ``lerobot``: LeRobot's own ``LeRobotDataset`` over the source (``return_uint8`` as the run asks), when

@@ -1,6 +1,6 @@
 """``roboreel inspect PATH``: a human summary of a dataset (episodes, frames, cameras, codec, GOP, shards, sizes).
 ``PATH`` may be a mixture of compiled datasets, ``a,b,...`` (with ``--weights``, and ``--remap FILE`` / ``--pad``
-for robots with other keys): each member's summary, then what the mixture reads (reader/mixture.py): its
+for robots with other keys): each member's summary, then what the mixture reads (reader/mixture/_dataset.py): its
 canonical features, what each member maps onto them (renamed, padded, missing cameras, left out), the tasks
 merged, each member's draws per epoch."""
 

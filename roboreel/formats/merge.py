@@ -1,5 +1,5 @@
 """Merging several datasets' metadata into one mixture's: stats and tasks. Pure functions of the values.
-(Which features a mixture serves, and under which keys, is the reader's: reader/canonical.py.)
+(Which features a mixture serves, and under which keys, is the reader's: reader/mixture/_canonical.py.)
 
 - stats: LeRobot 0.6.1's ``aggregate_stats`` (lerobot/datasets/compute_stats.py, ``aggregate_feature_stats``):
   min of mins, max of maxes, count-weighted mean, the pooled variance ``sum(count * (std^2 + (mean - mean_all)^2))

@@ -7,17 +7,19 @@
 handed back when the iterator ends or is closed.
 
 Separate from dataset.py because that module decides *what* a consumer reads (options, plan, resume position,
-state) and this one only runs it: a generator over a schedule the dataset built, reading the dataset's settings
-(``ConsumerSettings``, which ``CompiledDataset`` satisfies) and never changing them, except for ``Position``, its
-live place for ``state_dict``. The settings are a Protocol so this module never imports dataset.py, which imports
-it: the import graph of reader/ has no cycle, not even a type-only one.
+state) and this one only runs it: a generator over a schedule the dataset built. What it reads comes as two frozen
+values the dataset (or mixture) hands over: ``Records`` (where episodes come from, under the dataset's
+``StreamOptions``, and what they are made into) and ``Decoding`` (its ``DecodeOptions``, the device they resolved
+to and what the dataset derived: kept frames, depth quantisers, output form). It changes nothing of the dataset's
+but ``Position``, the live place for ``state_dict``, and never imports dataset.py, which imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from itertools import islice
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from torch.utils.data import get_worker_info
@@ -25,49 +27,55 @@ from torch.utils.data import get_worker_info
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.manifest import Manifest
-from roboreel.formats.transient import Retry
 from roboreel.reader.decode.clips import ClipDecoders, materialize
 from roboreel.reader.decode.deferred import ship_once
 from roboreel.reader.decode.heap import release_free_memory
 from roboreel.reader.decode.idle_policy import IdlePolicy
 from roboreel.reader.decode.images import ImageClips
-from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.fetch.prefetch import Prefetcher
 from roboreel.reader.fetch.source import SliceReader, Store
+from roboreel.reader.options import DecodeOptions, StreamOptions
 from roboreel.reader.plan.episode_cache import EpisodeCache
 from roboreel.reader.plan.epoch import Slice, World
 from roboreel.reader.plan.pool import LoadedEpisode, PoolSchedule, pending_samples, still_needed
+from roboreel.reader.plan.requests import PendingSample
 from roboreel.reader.stats import Flusher, SharedCounters
 
 
-class DecodeSettings(Protocol):
-    """What the decode loop reads of its dataset (a ``CompiledDataset`` or a mixture of them)."""
-
-    decode_device: str
-    keep_frames: dict[str, int]
-    depth: dict[str, DepthQuant]  # depth camera -> its quantiser (decoded to LeRobot's values, decode/depth.py)
-    decode_cache_bytes: int
-    idle_policy: IdlePolicy
-    decode_batch: int
-    tolerance_s: float
-    return_uint8: bool
-    image_clips: ImageClips  # image features compiled as clips: float32 always, in LeRobot's key order
-    image_transforms: Callable[..., Any] | None
-
-
-class ConsumerSettings(DecodeSettings, Protocol):
-    """What a consumer reads of its dataset (``CompiledDataset`` has every one of these attributes)."""
+@dataclass(frozen=True, eq=False)
+class Records:
+    """Where one dataset's episode records come from and what they are made into (``MemberStream``): its store
+    and manifest, read under its ``StreamOptions``; its features split into tabular ``tabular_keys`` and clipped
+    ``camera_keys``; the image features decoded from its rows (``image_keys``: key -> stored in metres,
+    decode/images.py) and those ``image_transforms`` apply to; its windows (key -> int64 frame offsets); the
+    episodes kept across epochs (``cache``, plan/episode_cache.py), or None."""
 
     store: Store
     manifest: Manifest
-    verify_checksums: bool
-    retry: Retry
-    tabular_keys: list[str]
-    image_keys: dict[str, bool]  # image feature -> whether it is depth recorded in metres (decode/images.py)
-    transformed_images: list[str]
-    camera_keys: list[str]
-    windows: dict[str, np.ndarray]
-    readahead: int
+    options: StreamOptions
+    tabular_keys: tuple[str, ...]
+    camera_keys: tuple[str, ...]
+    image_keys: Mapping[str, bool]
+    transformed_images: tuple[str, ...]
+    windows: Mapping[str, np.ndarray]
+    cache: EpisodeCache | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Decoding:
+    """How a consumer's frames decode and what a sample looks like: the dataset's ``DecodeOptions``, the decode
+    device they resolved to (``device``: where frames decode, not where batches land), the frames kept per clip of
+    a windowed camera, the depth cameras' quantisers (decode/depth.py), image features compiled as clips (float32
+    always, in LeRobot's key order), ``return_uint8`` and ``image_transforms``, and the idle decoders' policy."""
+
+    options: DecodeOptions
+    device: str
+    keep_frames: Mapping[str, int]
+    depth: Mapping[str, DepthQuant]
+    image_clips: ImageClips
+    return_uint8: bool
+    image_transforms: Callable[..., Any] | None
+    idle_policy: IdlePolicy
 
 
 class Position:
@@ -79,31 +87,30 @@ class Position:
 
 class MemberStream:
     """One dataset's part of a consumer's epoch: its slices read on a prefetch thread, turned into the pending
-    samples of its episode pool (``schedule``). A mixture (mixture.py) runs one per member dataset.
+    samples of its episode pool (``schedule``). A mixture (reader/mixture/_dataset.py) runs one per member dataset.
 
-    Clip identities (``Clip.key``) must be unique among a process's live clips: ``shard_prefix`` tells members
-    apart (two datasets may both hold ``shards/000000.tar`` episode 0), and an episode read again in the same
-    stream (a mixture's member repeating: its next pass) gets ``stream + repeat * stride``. Lazy: nothing is
+    Clip identities (``EpisodeClip.key``) must be unique among a process's live clips: ``shard_prefix`` tells
+    members apart (two datasets may both hold ``shards/000000.tar`` episode 0), and an episode read again in the
+    same stream (a mixture's member repeating: its next pass) gets ``stream + repeat * stride``. Lazy: nothing is
     opened before the first ``next()``."""
 
-    def __init__(self, ds: ConsumerSettings, schedule: PoolSchedule, slices: list[Slice], *, stream: int,
-                 stride: int = 1, shard_prefix: str = "", tabular_keys: list[str] | None = None,
-                 camera_keys: list[str] | None = None) -> None:
+    def __init__(self, records: Records, schedule: PoolSchedule, slices: list[Slice], *, stream: int,
+                 stride: int = 1, shard_prefix: str = "") -> None:
         todo = still_needed(slices, schedule)
         # (an episode cut between two consumers is read whole by both: windows need its neighbours)
-        self.reader = reader = SliceReader(ds.store, ds.manifest, verify=ds.verify_checksums, retry=ds.retry)
-        shard_paths = ds.manifest.index.shards["path"]
-        tabular = ds.tabular_keys if tabular_keys is None else tabular_keys
-        cameras = ds.camera_keys if camera_keys is None else camera_keys
-        images = {k: v for k, v in ds.image_keys.items() if k in tabular}  # a mixture keeps the shared ones
-        transformed = [k for k in ds.transformed_images if k in images]
+        manifest, opts, windows = records.manifest, records.options, records.windows
+        self.reader = reader = SliceReader(records.store, manifest, verify=opts.verify_checksums, retry=opts.retry)
+        shard_paths = manifest.index.shards["path"]
+        tabular, cameras = list(records.tabular_keys), list(records.camera_keys)
+        images = {k: v for k, v in records.image_keys.items() if k in tabular}  # a mixture keeps the shared ones
+        transformed = [k for k in records.transformed_images if k in images]
 
-        cache: EpisodeCache | None = getattr(ds, "episode_cache", None)
+        cache = records.cache
         if cache is not None and not cache.budget:
             cache = None
         # what an episode is made from, besides its record: part of its key in the cache (episode_cache.py)
         made_as = (shard_prefix, tuple(tabular), tuple(cameras), tuple(images.items()), tuple(transformed),
-                   tuple((k, tuple(v.tolist())) for k, v in ds.windows.items()))
+                   tuple((k, tuple(v.tolist())) for k, v in windows.items()))
         self.kept = 0  # episodes taken from the cache instead of read
 
         def loaded() -> Iterator[LoadedEpisode]:
@@ -118,17 +125,17 @@ class MemberStream:
                     self.kept += len(kept)
                     yield from kept  # type: ignore[misc]
                     continue
-                planned = s.episode_lengths(ds.manifest.index.lengths)
+                planned = s.episode_lengths(manifest.index.lengths)
                 for key, (shard, rec), length in zip(keys, reader.records([s]), planned, strict=True):
-                    check_record(rec, int(length), ds.manifest.fps, shard_prefix + shard_paths[shard])
+                    check_record(rec, int(length), manifest.fps, shard_prefix + shard_paths[shard])
                     ep = LoadedEpisode(rec, shard=shard_prefix + shard_paths[shard], tabular_keys=tabular,
-                                       camera_keys=cameras, windows=ds.windows, tasks=ds.manifest.tasks,
+                                       camera_keys=cameras, windows=windows, tasks=manifest.tasks,
                                        stream=key[3], images=images, transformed=transformed)
                     if cache is not None and rec.index == key[2]:  # (pending_samples names a stream out of order)
                         cache.put(key, ep)
                     yield ep
 
-        self.prefetch = Prefetcher(loaded, ds.readahead) if todo else iter(())
+        self.prefetch = Prefetcher(loaded, opts.readahead) if todo else iter(())
         self.pending = pending_samples(schedule, self.prefetch)
 
     def close(self) -> None:
@@ -149,21 +156,23 @@ def check_record(rec: Any, length: int, fps: int, shard: str) -> None:
                                   "validate)", file=shard, episode=rec.index)
 
 
-def run_consumer(ds: ConsumerSettings, schedule: PoolSchedule, slices: list[Slice], position: Position, row: int,
-                 counters: SharedCounters, *, deferred: bool = False) -> Iterator[Any]:
-    """Samples (or, ``deferred``, pending samples) of ``schedule``, read from ``slices`` of ``ds``; ``row`` is this
-    process's row of ``counters`` (stats.py). Lazy: nothing is opened before the first ``next()``."""
-    member = MemberStream(ds, schedule, slices, stream=position.world.consumer)
-    return run_members(ds, [member], member.pending, position, row, counters, deferred=deferred)
+def run_consumer(records: Records, decoding: Decoding, schedule: PoolSchedule, slices: list[Slice],
+                 position: Position, row: int, counters: SharedCounters, *, deferred: bool = False) -> Iterator[Any]:
+    """Samples (or, ``deferred``, pending samples) of ``schedule``, read from ``slices`` of ``records``; ``row`` is
+    this process's row of ``counters`` (stats.py). Lazy: nothing is opened before the first ``next()``."""
+    member = MemberStream(records, schedule, slices, stream=position.world.consumer)
+    return run_members(decoding, [member], member.pending, position, row, counters, deferred=deferred)
 
 
-def run_members(ds: DecodeSettings, members: list[MemberStream], pending: Iterator[PendingSample],
+def run_members(decoding: Decoding, members: list[MemberStream], pending: Iterator[PendingSample],
                 position: Position, row: int, counters: SharedCounters, *, deferred: bool = False) -> Iterator[Any]:
-    """Decode ``pending`` (drawn from ``members``' streams) in groups of ``ds.decode_batch`` and yield the samples
-    (or, ``deferred``, the pending samples), flushing counters as it goes; every member is closed at the end."""
-    decoders = ClipDecoders(device=ds.decode_device, keep=ds.keep_frames, depth=ds.depth,
-                            run_cache_bytes=ds.decode_cache_bytes,
-                            idle=ds.idle_policy.begin() if not deferred else None)
+    """Decode ``pending`` (drawn from ``members``' streams) in groups of ``DecodeOptions.batch`` and yield the
+    samples (or, ``deferred``, the pending samples), flushing counters as it goes; every member is closed at the
+    end."""
+    opts = decoding.options
+    decoders = ClipDecoders(device=decoding.device, keep=dict(decoding.keep_frames), depth=dict(decoding.depth),
+                            run_cache_bytes=opts.run_cache_bytes,
+                            idle=decoding.idle_policy.begin() if not deferred else None)
     flusher = Flusher(counters, row)
     yielded = 0
 
@@ -182,12 +191,12 @@ def run_members(ds: DecodeSettings, members: list[MemberStream], pending: Iterat
         pending = ship_once(pending)
     try:
         while True:
-            chunk = list(islice(pending, ds.decode_batch))
+            chunk = list(islice(pending, opts.batch))
             if not chunk:
                 break
             samples = chunk if deferred else materialize(
-                chunk, decoders, tolerance_s=ds.tolerance_s, return_uint8=ds.return_uint8,
-                image_transforms=ds.image_transforms, image_clips=ds.image_clips)
+                chunk, decoders, tolerance_s=opts.tolerance_s, return_uint8=decoding.return_uint8,
+                image_transforms=decoding.image_transforms, image_clips=decoding.image_clips)
             for sample in samples:
                 position.yielded += 1
                 yielded += 1

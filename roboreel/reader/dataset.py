@@ -10,7 +10,7 @@ resume point, ``state_dict`` and stats. Running the planned stream (threads, dec
 consumer.py's, so the dataset's contract reads apart from the machinery that fulfils it.
 
 GPU decode (``decode=DecodeOptions(device="cuda")``) stops before the decode: ``iter_pending`` yields the compressed
-pending samples and ``roboreel.loader`` (loader.py) decodes whole batches on the GPU in the main process.
+pending samples and ``roboreel.loader`` (reader/loader/_loader.py) decodes whole batches on the GPU in the main process.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from roboreel.formats.errors import ShardReadError
 from roboreel.formats.index import FileIndex
 from roboreel.formats.manifest import Manifest, load_manifest
 from roboreel.formats.transient import retrying
-from roboreel.reader.consumer import run_consumer
+from roboreel.reader.consumer import Records, run_consumer
 from roboreel.reader.decode.idle_policy import IdlePolicy, camera_lanes, idle_bytes_needed
 from roboreel.reader.decode.images import ImageClips
 from roboreel.reader.decode.routing import resolve_decode_device
@@ -74,14 +74,14 @@ class CompiledDataset(StreamCore):
 
     Args:
         path_or_url: compiled dataset root: a local directory or any fsspec URL (file://, http(s)://, s3://, hf://).
-            A list of them makes a mixture (a ``MixtureDataset``, reader/mixture.py; docs/reader.md "Mixtures"),
+            A list of them makes a mixture (a ``MixtureDataset``, reader/mixture/; docs/reader.md "Mixtures"),
             every other argument as for one dataset; ``episodes`` then has one entry per dataset.
         weights, samples_per_epoch: a mixture's member probabilities (None: every frame of every member once per
             epoch) and draws per epoch (default: the members' frames together); refused for one path.
         delta_timestamps: ``{key: [seconds, ...]}`` windows (tabular or camera keys), as in LeRobot.
         delta_indices: ``{key: [frames, ...]}`` the same windows in frame offsets (LeRobot policies'
             ``*_delta_indices``); a mixture applies them at each member's own fps. Not with ``delta_timestamps``.
-        remap, pad, normalize: a mixture's canonical keys (docs/mixtures.md; reader/canonical.py).
+        remap, pad, normalize: a mixture's canonical keys (docs/mixtures.md; reader/mixture/_canonical.py).
         episodes: only these episode indices (default: all).
         episode_pool_size: whole episodes each consumer keeps (compressed) and draws frames across. Default 32.
         seed: base of every random decision. Order is a pure function of (seed, epoch, rank, worker).
@@ -93,8 +93,8 @@ class CompiledDataset(StreamCore):
         batch_size: the DataLoader's batch size: workers then emit whole batches, so ``len(DataLoader)`` is exact.
         stream: transport knobs (readahead, retries, backoff_s, verify_checksums, storage_options), a
             ``roboreel.StreamOptions``.
-        decode: decode knobs (device, fallback, batch, cache_mb, gpu_cache_mb, tolerance_s, frame_order,
-            idle_decoders_mb), a ``roboreel.DecodeOptions``.
+        decode: decode knobs (device: the decode device, fallback, batch, cache_mb: the run cache, gpu_cache_mb,
+            tolerance_s, frame_order, idle_decoders_mb), a ``roboreel.DecodeOptions``.
 
     ``meta`` is the dataset's LeRobot-shaped metadata (features, fps, stats, tasks, episodes; read on first use),
     ``num_frames`` / ``num_episodes`` count the whole selection (all ranks), like LeRobotDataset; ``len()`` is
@@ -105,7 +105,7 @@ class CompiledDataset(StreamCore):
 
     def __new__(cls, path_or_url: Any = None, *args: Any, weights: Sequence[float] | str | None = None,
                 samples_per_epoch: int | None = None, **kwargs: Any) -> Any:
-        """A list of paths makes a ``MixtureDataset`` (reader/mixture.py); one path, this class."""
+        """A list of paths makes a ``MixtureDataset`` (reader/mixture/_dataset.py); one path, this class."""
         if isinstance(path_or_url, list | tuple):
             return build_mixture(cls, path_or_url, weights=weights, samples_per_epoch=samples_per_epoch, **kwargs)
         if weights is not None or samples_per_epoch is not None or any(
@@ -176,17 +176,11 @@ class CompiledDataset(StreamCore):
                                  + (f", {ids[0]}..{ids[-1]})" if len(ids) else ")"))
         self.episodes: list[int] | None = episodes
         self.episode_pool_size, self.seed, self.shuffle = episode_pool_size, int(seed), bool(shuffle)
+        # where frames decode: DecodeOptions.device resolved ("cuda" -> "cuda:0", or "cpu" by its fallback)
         self.decode_device, self.image_transforms, self.return_uint8 = decode_device, image_transforms, return_uint8
-        self.tolerance_s, self.frame_order = decode.tolerance_s, decode.frame_order
         self.spread = decode.spread or batch_size or DEFAULT_SPREAD  # plan/shuffled.py
         self.rank, self.world_size = rank, world_size
         self.split_options = SplitOptions(equal_steps=equal_steps, batch_size=batch_size)
-        self.decode_batch, self.readahead = decode.batch, stream.readahead
-        self.decode_cache_bytes = int(decode.cache_mb * 2**20)
-        self.gpu_decode_cache_bytes = int(decode.gpu_cache_mb * 2**20)
-        mb = decode.idle_decoders_mb
-        self.idle_decoder_bytes = None if mb is None else int(mb * 2**20)  # None: automatic (idle_policy.py)
-        self.verify_checksums, self.retry = stream.verify_checksums, stream.retry
         self._meta: DatasetMeta | None = None
         gops = [c.gop for c in m.cameras if c.gop]
         self.segment = min(gops) if gops else int(m.settings.get("gop") or 10)
@@ -208,13 +202,13 @@ class CompiledDataset(StreamCore):
     def _set_windows(self, windows: dict[str, np.ndarray],
                      delta_timestamps: Mapping[str, Sequence[float]] | None = None) -> None:
         """The windows (``{key: int64 frame offsets}``) and what follows from them; a mixture sets each member's
-        on its own frame grid (reader/canonical.py)."""
+        on its own frame grid (reader/mixture/_canonical.py)."""
         self.windows = windows
         self.delta_timestamps = ({k: list(v) for k, v in delta_timestamps.items()} if delta_timestamps else
                                  {k: (o / self.fps).tolist() for k, o in windows.items()}) or None
-        self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(
-            idle_bytes_needed, self.manifest, self.episodes, camera_lanes(
-                self.windows, self.camera_keys, runs=MAX_RUNS if self.frame_order == "shuffled" else 1)))
+        runs = MAX_RUNS if self.decode_options.frame_order == "shuffled" else 1
+        self.idle_policy = IdlePolicy(self.decode_options.idle_decoders_bytes, partial(
+            idle_bytes_needed, self.manifest, self.episodes, camera_lanes(self.windows, self.camera_keys, runs=runs)))
         # Decoded frames kept per clip of a windowed camera: the window's span, at most MAX_KEEP (memory).
         self.keep_frames = {k: min(MAX_KEEP, int(o.max() - o.min()) + 1) for k, o in self.windows.items()
                             if k in self.camera_keys and len(o) > 1}
@@ -224,7 +218,8 @@ class CompiledDataset(StreamCore):
     def meta(self) -> DatasetMeta:
         """LeRobot-shaped metadata (``LeRobotDatasetMetadata``'s fields), read from meta/ on first use."""
         if self._meta is None:
-            self._meta = DatasetMeta(self.url, storage_options=self.store.storage_options, retry=self.retry,
+            self._meta = DatasetMeta(self.url, storage_options=self.store.storage_options,
+                                     retry=self.stream_options.retry,
                                      checksums=self.manifest.meta_files)
         return self._meta
 
@@ -308,17 +303,27 @@ class CompiledDataset(StreamCore):
         schedule = make_schedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
                                  pool_size=self.episode_pool_size,
                                  shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=world.rank,
-                                 worker=world.worker, frame_order=self.frame_order, segment=self.segment,
-                                 spread=self.spread, near=near_offsets(self.fps))
+                                 worker=world.worker, frame_order=self.decode_options.frame_order,
+                                 segment=self.segment, spread=self.spread, near=near_offsets(self.fps))
         position = self._start(epoch, world, skip, schedule.total)
         schedule.skip(skip)
-        return run_consumer(self, schedule, slices, position, row, self._counters, deferred=deferred)
+        return run_consumer(self._records(), self._decoding(), schedule, slices, position, row, self._counters,
+                            deferred=deferred)
+
+    def _records(self, *, tabular_keys: Sequence[str] | None = None,
+                 camera_keys: Sequence[str] | None = None) -> Records:
+        """Where this dataset's episodes come from and what they are made into, as a consumer reads them
+        (consumer.Records); a mixture names the keys it keeps of them."""
+        return Records(self.store, self.manifest, self.stream_options,
+                       tuple(self.tabular_keys if tabular_keys is None else tabular_keys),
+                       tuple(self.camera_keys if camera_keys is None else camera_keys), self.image_keys,
+                       tuple(self.transformed_images), self.windows, self.episode_cache)
 
     # -- resume -----------------------------------------------------------------------------------------
     def _stream_fingerprint(self) -> dict[str, Any]:
         return {
             "seed": self.seed, "shuffle": self.shuffle, "episode_pool_size": self.episode_pool_size,
-            "frame_order": self.frame_order, "segment": self.segment, "spread": self.spread,
+            "frame_order": self.decode_options.frame_order, "segment": self.segment, "spread": self.spread,
             "episodes": hashlib.sha256(json.dumps(self.episodes).encode()).hexdigest()[:16],
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
             "layout": self.manifest.fingerprint(),

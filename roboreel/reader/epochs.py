@@ -3,7 +3,7 @@ workers, and the resume state that says so: ``EpochState``, shared by ``Compiled
 (their ``StreamCore``, stream.py, gives ``_world`` and ``worker_samples``; each dataset its ``_stream_id``).
 
 Why one place: the rules are subtle and must be the same for both. ``set_epoch`` / ``load_state_dict`` in the
-main process post the epoch and resume point on an ``EpochBoard`` (plan/board.py) that persistent workers read
+main process post the epoch and resume point on an ``EpochBoard`` (board.py) that persistent workers read
 when an iteration starts; ``roboreel.loader`` tells the dataset when workers began an epoch
 (``_begun_in_workers``); an ``iter()`` without ``set_epoch`` reads the next epoch.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
-from roboreel.reader.plan.board import EpochBoard
+from roboreel.reader.board import EpochBoard
 from roboreel.reader.plan.epoch import World
 from roboreel.reader.plan.state import STATE_FORMAT, STATE_VERSION, checked_state, loader_state, resume_point
 
@@ -30,7 +30,7 @@ class EpochState:
     def _init_epochs(self) -> None:
         self._epoch, self._iters = 0, 0
         self._resume, self._position = None, None
-        self._board, self._seen = EpochBoard(), 0  # persistent workers' epoch (plan/board.py)
+        self._board, self._seen = EpochBoard(), 0  # persistent workers' epoch (board.py)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration reads (reshuffles). Call it every epoch, before iterating."""
@@ -62,7 +62,7 @@ class EpochState:
         return epoch
 
     def _post(self) -> None:
-        """Post this epoch and resume point for persistent DataLoader workers (plan/board.py); main process only."""
+        """Post this epoch and resume point for persistent DataLoader workers (board.py); main process only."""
         if get_worker_info() is None:
             self._seen = self._board.post(self.epoch, self._resume)
 
@@ -73,7 +73,7 @@ class EpochState:
         self._epoch, self._iters, self._resume, self._position = epoch, 1, None, None
 
     def _follow_board(self) -> None:
-        """In a DataLoader worker: take the main process's newer post, if any (plan/board.py)."""
+        """In a DataLoader worker: take the main process's newer post, if any (board.py)."""
         number, epoch, resume = self._board.read()
         if number != self._seen:
             self._seen, self._epoch, self._iters, self._resume, self._position = number, epoch, 0, resume, None

@@ -76,14 +76,17 @@ class DecodeOptions:
     """How compressed clips become frames.
 
     Args:
-        device: "cpu", or "cuda" / "cuda:N": decode on that GPU, reading the dataset through
-            ``roboreel.loader(dataset, ...)`` (docs/gpu.md). Clips the GPU cannot decode fall back to the CPU.
+        device: the decode device, where frames decode: "cpu", or "cuda" / "cuda:N": decode on that GPU, reading
+            the dataset through ``roboreel.loader(dataset, ...)`` (docs/gpu.md). Clips the GPU cannot decode fall
+            back to the CPU. The dataset's ``decode_device`` is this resolved ("cuda" -> "cuda:0", or "cpu" by
+            ``fallback``); where batches land is ``roboreel.loader``'s ``device=`` (default: the decode device).
         fallback: "error": "cuda" without a CUDA device raises RuntimeError("no CUDA device: ..."); "cpu": log one
             warning and decode on the CPU.
         batch: pending samples decoded together (one sorted call per clip among them).
-        cache_mb: decoded frames each consumer may hold ahead of their samples, in MiB: a GOP run is decoded in one
-            call when its first frame is asked (docs/reader.md, "Decode and memory"). 0 turns it off.
-        gpu_cache_mb: the same for ``roboreel.loader``'s GPU decoders, in GPU memory. Larger: a batch asks ~2
+        cache_mb: the run cache: decoded frames each consumer may hold ahead of their samples, in MiB: a GOP run is
+            decoded in one call when its first frame is asked (docs/reader.md, "Decode and memory"). 0 turns it
+            off.
+        gpu_cache_mb: the run cache of ``roboreel.loader``'s GPU decoders, in GPU memory. Larger: a batch asks ~2
             frames of each of its clips, a run not granted is decoded a batch's frames at a time, and an NVDEC call
             costs more than a CPU one (docs/gpu.md). ~21 clips of 480x640 in flight (40 short episodes, 2 workers,
             batch 32) held up to 281 MiB of runs; 96 MiB refused 67% of them.
@@ -132,6 +135,21 @@ class DecodeOptions:
             _int_at_least("DecodeOptions.spread", self.spread, 1)
         if self.frame_order not in FRAME_ORDERS:
             raise ValueError(f"DecodeOptions.frame_order must be one of {FRAME_ORDERS}, got {self.frame_order!r}")
+
+    @property
+    def run_cache_bytes(self) -> int:
+        """``cache_mb`` in bytes: the run cache's bound for a consumer's CPU decoders (decode/runs.py)."""
+        return int(self.cache_mb * 2**20)
+
+    @property
+    def gpu_run_cache_bytes(self) -> int:
+        """``gpu_cache_mb`` in bytes: the run cache's bound for ``roboreel.loader``'s GPU decoders."""
+        return int(self.gpu_cache_mb * 2**20)
+
+    @property
+    def idle_decoders_bytes(self) -> int | None:
+        """``idle_decoders_mb`` in bytes; None: automatic (decode/idle_policy.py)."""
+        return None if self.idle_decoders_mb is None else int(self.idle_decoders_mb * 2**20)
 
 
 _GROUPS = {"stream": StreamOptions, "decode": DecodeOptions}

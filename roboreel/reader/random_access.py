@@ -41,7 +41,8 @@ class RandomAccess:
             np.isin(lengths.ids, np.asarray(ds.episodes, dtype=np.int64)))[0]
         self.rows = rows
         self.starts = np.concatenate([[0], np.cumsum(lengths.array[rows])]).astype(np.int64)
-        self.reader = SliceReader(ds.store, ds.manifest, verify=ds.verify_checksums, retry=ds.retry)
+        opts = ds.stream_options
+        self.reader = SliceReader(ds.store, ds.manifest, verify=opts.verify_checksums, retry=opts.retry)
         self.decoders = ClipDecoders(device="cpu", keep=ds.keep_frames, depth=ds.depth, run_cache_bytes=0)
         self.live: OrderedDict[int, LoadedEpisode] = OrderedDict()  # selection position -> episode, LRU order
         self._lock = threading.Lock()
@@ -67,11 +68,12 @@ class RandomAccess:
     def sample(self, i: Any) -> dict[str, Any]:
         """The sample dict of frame ``i`` (as an iteration yields it)."""
         k, frame = self.position(i)
-        ds = self.ds
+        d = self.ds._decoding()  # read per call: set_image_transforms reaches ``ds[i]`` at once
         with self._lock:
             pending = self._episode(k).pending(frame, last=False)
-            return materialize([pending], self.decoders, tolerance_s=ds.tolerance_s, return_uint8=ds.return_uint8,
-                               image_transforms=ds.image_transforms, image_clips=ds.image_clips)[0]
+            return materialize([pending], self.decoders, tolerance_s=d.options.tolerance_s,
+                               return_uint8=d.return_uint8, image_transforms=d.image_transforms,
+                               image_clips=d.image_clips)[0]
 
     def _episode(self, k: int) -> LoadedEpisode:
         ep = self.live.get(k)

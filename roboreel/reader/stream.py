@@ -13,17 +13,25 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from roboreel.reader.consumer import Position
+from roboreel.reader.consumer import Decoding, Position
 from roboreel.reader.decode.forksafe import isolate_inherited_heap
 from roboreel.reader.decode.heap import pin_mmap_threshold
-from roboreel.reader.decode.requests import PendingSample
 from roboreel.reader.epochs import EpochState
 from roboreel.reader.plan.epoch import World, detect_rank, detect_worker, rank_samples, worker_quotas
+from roboreel.reader.plan.requests import PendingSample
 
 
 class StreamCore(EpochState, IterableDataset):
-    """Base of the two iterable datasets. Subclasses set ``rank``, ``world_size``, ``split_options``,
-    ``decode_device`` and ``_counters`` and give ``_epoch_samples`` and ``_consume``."""
+    """Base of the two iterable datasets. Subclasses set ``rank``, ``world_size``, ``split_options``, ``_counters``
+    and what ``_decoding`` gathers (``decode_options`` and the decode device it resolved to, ``keep_frames``,
+    ``depth``, ``image_clips``, ``return_uint8``, ``image_transforms``, ``idle_policy``), and give
+    ``_epoch_samples`` and ``_consume``."""
+
+    def _decoding(self) -> Decoding:
+        """How this dataset's frames decode now (consumer.Decoding): read once per iteration, so a
+        ``set_image_transforms`` reaches the next one."""
+        return Decoding(self.decode_options, self.decode_device, self.keep_frames, self.depth, self.image_clips,
+                        self.return_uint8, self.image_transforms, self.idle_policy)
 
     def _epoch_samples(self) -> int:
         """Samples of one epoch, all ranks together."""

@@ -60,7 +60,7 @@ def loader_options(p: argparse.ArgumentParser, *, full: bool) -> None:
     g.add_argument("--episode-pool-size", type=int, metavar="N", default=None,
                    help="CompiledDataset's episode_pool_size (default: the dataset's own)")
     g.add_argument("--decode-device", default="cpu", metavar="DEVICE", type=decode_device,
-                   help="where CompiledDataset decodes, its DecodeOptions(device=...): cpu, cuda or cuda:N")
+                   help="the decode device (where frames decode), DecodeOptions(device=...): cpu, cuda or cuda:N")
 
 
 def return_uint8_option(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ uint8 frames (lerobot-train divides camera keys by 255 itself), ``--dataset.epis
 roboreel's episode-pool shuffle, seeded by ``--seed``, instead of LeRobot's EpisodeAwareSampler; the dataset is
 iterable, so ``cfg.dataset.streaming`` is set to true (lerobot-train then builds its DataLoader without a sampler);
 on ``--resume`` the stream continues after the last sample the checkpointed step consumed; ``--dataset.root=a,b``
-(with ``--roboreel.weights=0.7,0.3`` or without: all frames once) trains on a mixture (reader/mixture.py), robots
+(with ``--roboreel.weights=0.7,0.3`` or without: all frames once) trains on a mixture (reader/mixture/), robots
 with other keys, sizes and fps made canonical by ``--roboreel.remap=FILE`` / ``--roboreel.pad=max``
 (docs/mixtures.md); with
 ``--dataset.eval_split`` the held-out episodes are LeRobot's and are read in file order (all of them: LeRobot's
@@ -77,7 +77,7 @@ def make_train_eval_datasets(cfg: Any, *, weights: Sequence[float] | str | None 
 
 def _mixture(cfg: Any, roots: list[str], spec: dict[str, Any]) -> MixtureDataset:
     """The training mixture of ``roots`` (``--dataset.root=a,b``), canonical as ``spec`` says (remap, pad,
-    normalize, weights: options.read_mixture_file); its meta merges theirs (reader/mixture_meta.py). The policy's
+    normalize, weights: options.read_mixture_file); its meta merges theirs (reader/mixture/_meta.py). The policy's
     windows are its ``*_delta_indices`` in frames, each root on its own frame grid: LeRobot's
     ``resolve_delta_timestamps`` asked with fps 1 names the keys and gives the frame offsets."""
     from lerobot.datasets.factory import resolve_delta_timestamps

@@ -5,7 +5,7 @@ For a ``CompiledDataset`` launch.py's ``prepare`` returns one of two loaders, ch
 
 - ``stage`` (default): ``StageLoader`` around ``roboreel.loader(dataset, batch_size, num_workers, device)``. The
   DataLoader's workers then only read shards and ship compressed clips and frame requests; a pool of decode
-  threads in the training process decodes into preallocated uint8 batches (reader/loader.py). Decoded pixels
+  threads in the training process decodes into preallocated uint8 batches (reader/loader/_loader.py). Decoded pixels
   never cross a process boundary, which is what made it 1.2-3x faster than the DataLoader in roboreel's benches.
 - ``dataloader``: the DataLoader as lerobot-train built it, prepared by accelerate as a one-process loader
   (workers decode, batches are pickled back).

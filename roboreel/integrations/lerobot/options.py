@@ -22,7 +22,7 @@ class LoaderOptions:
         decode_threads: the stage's decode threads (default: the cores this process may use).
         weights: a mixture's draw probabilities, one per compiled root of ``--dataset.root=a,b``
             (``--roboreel.weights=0.7,0.3``), or "frames" (in proportion to each root's frames); None: every frame
-            of every root once per epoch (reader/mixture.py).
+            of every root once per epoch (reader/mixture/_dataset.py).
         mixture: a JSON or YAML file (``--roboreel.remap=FILE``) saying how roots with other keys mix
             (docs/mixtures.md): a list with one ``{old key: new key or null}`` per root, or a mapping with
             ``remap`` (that list), ``pad`` ("max"), ``normalize`` (``{key: mean_std | min_max}``), ``weights``.

@@ -1,9 +1,9 @@
 """Decode on exit: turn pending samples (tabular values + which frames of which compressed clip) into samples.
 
-The pool never holds pixels. A ``PendingSample`` names, per camera, a ``Clip`` (identity + compressed bytes) and
-the clip frame numbers its window needs; ``materialize`` decodes a list of pending samples with one batched,
-sorted ``get_frames_at`` call per clip, checks each frame's pts against the timestamp it should show, and builds
-the LeRobot-shaped dicts. ``ClipDecoders`` keeps one torchcodec decoder per pooled clip, reused across samples
+The pool never holds pixels. A ``PendingSample`` names, per camera, an ``EpisodeClip`` (identity + compressed
+bytes) and the clip frame numbers its window needs; ``materialize`` decodes a list of pending samples with one
+batched, sorted ``get_frames_at`` call per clip, checks each frame's pts against the timestamp it should show, and
+builds the LeRobot-shaped dicts. ``ClipDecoders`` keeps one torchcodec decoder per pooled clip, reused across samples
 (clips are emitted mostly forward, so a reused decoder rarely seeks), and drops it when the pool releases the
 clip, so memory stays bounded by the pool size. When a request promises the rest of a GOP run (``run_end``), the
 whole run is decoded in one call and its later frames wait, decoded, in a byte-bounded cache (see ``ClipDecoders``).
@@ -26,19 +26,14 @@ from torchcodec.decoders import VideoDecoder  # loaded once in the parent, so fo
 
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
+from roboreel.reader.decode.counters import SEEK_MODES, DecodeStats, SeekMode
 from roboreel.reader.decode.decoder_cache import IdleDecoders
 from roboreel.reader.decode.depth import DepthDecoder, code_table
 from roboreel.reader.decode.heap import in_side_arena
-from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
-from roboreel.reader.decode.requests import (
-    SEEK_MODES,
-    Clip,
-    DecodeStats,
-    PendingSample,
-    SeekMode,
-)
+from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, decoded_images, finish_images
 from roboreel.reader.decode.runs import DEFAULT_RUN_CACHE_BYTES, DecodedRun, RunBudget, run_ahead
 from roboreel.reader.decode.unit import unit_float
+from roboreel.reader.plan.requests import EpisodeClip, PendingSample
 
 
 @dataclass
@@ -95,7 +90,7 @@ class ClipDecoders:
         if self.budget is None:
             self.budget = RunBudget(self.run_cache_bytes)  # validates the bound
 
-    def decoder(self, clip: Clip, lane: int = 0) -> Any:
+    def decoder(self, clip: EpisodeClip, lane: int = 0) -> Any:
         key = (clip.key, lane)
         dec = self._open.get(key)
         if dec is not None:
@@ -128,7 +123,7 @@ class ClipDecoders:
             self._pos.pop(gone, None)
         return dec
 
-    def _opened(self, clip: Clip, lane: int) -> Any:
+    def _opened(self, clip: EpisodeClip, lane: int) -> Any:
         """``decoder(clip, lane)``, a clip torchcodec cannot open reported as a CompiledFormatError naming it."""
         t0 = time.perf_counter()
         try:
@@ -138,7 +133,7 @@ class ClipDecoders:
         self.stats.decode_seconds += time.perf_counter() - t0  # opening counts as decoding, as in ``_decode``
         return dec
 
-    def _decode(self, clip: Clip, lane: int, indices: list[int], dec: Any = None) -> Any:
+    def _decode(self, clip: EpisodeClip, lane: int, indices: list[int], dec: Any = None) -> Any:
         """One ``get_frames_at`` call (a FrameBatch: data [N, C, H, W] uint8, pts_seconds), counted."""
         t0 = time.perf_counter()
         try:
@@ -152,7 +147,7 @@ class ClipDecoders:
         self._pos[(clip.key, lane)] = max(indices)
         return batch
 
-    def frames(self, clip: Clip, wanted: dict[int, int],
+    def frames(self, clip: EpisodeClip, wanted: dict[int, int],
                runs: Mapping[int, int] | None = None) -> dict[int, tuple[torch.Tensor, float]]:
         """Frames of ``clip`` (frame -> lane to decode it on): frame -> (uint8 [C, H, W], pts in seconds).
 
@@ -190,7 +185,7 @@ class ClipDecoders:
         frame_bytes = _frame_bytes(dec)
         return max(1, self.max_call_bytes // frame_bytes) if frame_bytes else 1 << 30
 
-    def _run_frames(self, clip: Clip, wanted: dict[int, int],
+    def _run_frames(self, clip: EpisodeClip, wanted: dict[int, int],
                     runs: Mapping[int, int]) -> dict[int, tuple[torch.Tensor, float]]:
         run: DecodedRun | None = self._runs.get(clip.key)
         out = {}
@@ -242,7 +237,7 @@ class ClipDecoders:
         if dec is not None and data is not None and self.idle is not None and self.device == "cpu":
             self.idle.put(self._idle_key(key), dec, data)
 
-    def release(self, clip: Clip) -> None:
+    def release(self, clip: EpisodeClip) -> None:
         for key in [k for k in self._open if k[0] == clip.key]:  # every lane: window offsets x runs (shuffled.py)
             self._park(key, self._open.pop(key))
         for key in [k for k in self._pos if k[0] == clip.key]:
@@ -314,7 +309,7 @@ def materialize(
 ) -> list[dict[str, Any]]:
     """Decode ``batch`` (one sorted call per clip, none when its run is cached) and return the sample dicts,
     cameras first (LeRobot's order; ``image_clips``: image features as LeRobot returns them, decode/images.py)."""
-    wanted: dict[tuple, tuple[Clip, dict[int, float], dict[int, int], dict[int, int]]] = {}
+    wanted: dict[tuple, tuple[EpisodeClip, dict[int, float], dict[int, int], dict[int, int]]] = {}
     for p in batch:
         for req in p.video.values():
             _, frames, lanes, runs = wanted.setdefault(req.clip.key, (req.clip, {}, {}, {}))
@@ -344,7 +339,7 @@ def materialize(
             img = to_output(frames, return_uint8=return_uint8 and cam not in image_clips)
             depth = frames.dtype != torch.uint8  # LeRobot applies no image transform to depth maps
             sample[cam] = image_transforms(img) if image_transforms is not None and not depth else img
-        values = dict(p.sample_values())
+        values = dict(decoded_images(p.sample_values(), p.images))
         finish_images(values, p.images, image_transforms, batched=False)  # before value_tensors: numpy views
         sample.update(value_tensors(values))
         out.append(image_clips.apply(sample))

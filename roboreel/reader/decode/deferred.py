@@ -5,11 +5,12 @@ Worker side (inside ``CompiledDataset.iter_pending`` and the DataLoader's ``coll
   empty stub. A pooled clip (~1-3 MB per camera per 224x224 episode) is needed by many batches, so sending it
   with every batch would move tens of MB per batch through the worker pipe; sending it once moves each clip's
   bytes once per epoch, the same traffic as reading the shards.
-- ``collate_pending``: a batch of pending samples becomes a ``PendingBatch``: the tabular values collated
-  exactly as ``default_collate`` collates them in the CPU path, the clips it reads, per clip the frames it needs
-  (deduplicated, with the timestamps they must show), per camera the (clip, frame) of every sample.
+- ``collate_pending``: a batch of pending samples becomes a ``PendingBatch``: image features decoded and the
+  tabular values collated exactly as ``default_collate`` collates them in the CPU path, the clips it reads, per
+  clip the frames it needs (deduplicated, with the timestamps they must show), per camera the (clip, frame) of
+  every sample.
 
-Main-process side (the decode stage of reader/loader.py, on a background thread):
+Main-process side (the decode stage of reader/loader/_loader.py, on a background thread):
 - ``ClipStore`` keeps the shipped bytes of live clips until a batch says they were released.
 - ``assemble`` decodes a batch (one sorted ``get_frames_at`` per clip and decoder lane, pts checked as in
   ``decode.materialize``) and builds the collated batch on the device: the CPU path's keys, order, shapes and
@@ -32,26 +33,26 @@ from torch.utils.data import default_collate
 
 from roboreel.formats.errors import FrameTimestampError
 from roboreel.formats.table_features import LANGUAGE_COLUMNS
-from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
-from roboreel.reader.decode.requests import Clip, PendingSample, Rows
+from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, decoded_images, finish_images
 from roboreel.reader.decode.unit import unit_float
+from roboreel.reader.plan.requests import EpisodeClip, PendingSample, Rows
 
-ClipKey = tuple[str, int, str, int]  # Clip.key: shard, episode, camera, stream
+ClipKey = tuple[str, int, str, int]  # EpisodeClip.key: shard, episode, camera, stream
 
 
 def ship_once(pending: Iterator[PendingSample]) -> Iterator[PendingSample]:
     """Strip clip bytes from every reference but a clip's first (and from ``release``): see the module doc."""
-    stubs: dict[ClipKey, Clip] = {}
+    stubs: dict[ClipKey, EpisodeClip] = {}
     for p in pending:
         for req in p.video.values():
             key = req.clip.key
             stub = stubs.get(key)
             if stub is None:
-                stubs[key] = Clip.stub(key)  # this sample carries the bytes
+                stubs[key] = EpisodeClip.stub(key)  # this sample carries the bytes
             else:
                 req.clip = stub
         if p.release:
-            p.release = tuple(stubs.pop(c.key, None) or Clip.stub(c.key) for c in p.release)
+            p.release = tuple(stubs.pop(c.key, None) or EpisodeClip.stub(c.key) for c in p.release)
         yield p
 
 
@@ -71,7 +72,7 @@ class PendingBatch:
     size: int
     values: dict[str, Any]  # every non-camera key, collated as default_collate does (tensors, ``task`` list)
     cameras: dict[str, CameraPlan]
-    clips: dict[ClipKey, Clip]  # clips this batch reads; bytes only where this is their first shipment
+    clips: dict[ClipKey, EpisodeClip]  # clips this batch reads; bytes only where this is their first shipment
     wanted: dict[ClipKey, tuple[dict[int, float], dict[int, int]]]  # clip -> {frame: queried_s}, {frame: lane}
     release: list[ClipKey]  # clips no later batch reads (their episode left the pool)
     produce_seconds: float = 0.0  # worker time spent producing these samples
@@ -125,7 +126,7 @@ def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]
     if not samples:
         raise ValueError("collate_pending needs at least one pending sample")
     cameras: dict[str, CameraPlan] = {}
-    clips: dict[ClipKey, Clip] = {}
+    clips: dict[ClipKey, EpisodeClip] = {}
     wanted: dict[ClipKey, tuple[dict[int, float], dict[int, int]]] = {}
     release: list[ClipKey] = []
     runs: dict[ClipKey, dict[int, int]] = {}
@@ -168,7 +169,7 @@ def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]
     if len(rows) == len(samples):  # rows not gathered yet: one indexing per column and episode
         values = gather_values(rows)
     else:  # a sample with neither values nor rows raises here (sample_values), never drops out of the batch
-        values = collate_values([p.sample_values() for p in samples])
+        values = collate_values([decoded_images(p.sample_values(), p.images) for p in samples])
     return PendingBatch(len(samples), values, cameras, clips, wanted, release, seconds, runs,
                         samples[0].images)
 
@@ -253,9 +254,9 @@ class ClipStore:
     """Main-process side of ship-once: the bytes of every clip some worker still pools."""
 
     def __init__(self) -> None:
-        self._clips: dict[ClipKey, Clip] = {}
+        self._clips: dict[ClipKey, EpisodeClip] = {}
 
-    def admit(self, clips: dict[ClipKey, Clip]) -> None:
+    def admit(self, clips: dict[ClipKey, EpisodeClip]) -> None:
         for key, clip in clips.items():
             if clip.data:
                 self._clips[key] = clip
@@ -263,10 +264,10 @@ class ClipStore:
                 raise RuntimeError(f"clip {clip.name} arrived without its bytes and was never shipped before: "
                                    "the decode stage needs the DataLoader's in-order delivery (in_order=True)")
 
-    def get(self, key: ClipKey) -> Clip:
+    def get(self, key: ClipKey) -> EpisodeClip:
         return self._clips[key]
 
-    def release(self, key: ClipKey) -> Clip | None:
+    def release(self, key: ClipKey) -> EpisodeClip | None:
         return self._clips.pop(key, None)
 
     def clear(self) -> None:
@@ -323,5 +324,5 @@ def assemble(
     finish_images(out, batch.images, image_transforms, batched=True)
     for key in batch.release:
         clip = store.release(key)
-        decoders.release(clip if clip is not None else Clip.stub(key))
+        decoders.release(clip if clip is not None else EpisodeClip.stub(key))
     return out

@@ -24,10 +24,11 @@ import torch
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader.decode.clips import ClipDecoders
+from roboreel.reader.decode.counters import DecodeStats, SeekMode
 from roboreel.reader.decode.decoder_cache import IdleDecoders
-from roboreel.reader.decode.requests import Clip, DecodeStats, SeekMode
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
+from roboreel.reader.plan.requests import EpisodeClip
 
 DEFAULT_MAX_GPU_DECODERS = 256
 
@@ -36,9 +37,9 @@ DEFAULT_MAX_GPU_DECODERS = 256
 class _ObservedDecoders(ClipDecoders):
     """ClipDecoders that report every decoder they open (to read torchcodec's ``cpu_fallback`` verdict)."""
 
-    on_open: Callable[[Clip, Any], None] | None = None
+    on_open: Callable[[EpisodeClip, Any], None] | None = None
 
-    def decoder(self, clip: Clip, lane: int = 0) -> Any:
+    def decoder(self, clip: EpisodeClip, lane: int = 0) -> Any:
         opens = self.stats.decoder_opens
         dec = super().decoder(clip, lane)
         if self.stats.decoder_opens != opens and self.on_open is not None:
@@ -79,7 +80,7 @@ class DeviceDecoders:
             self.gpu = _ObservedDecoders(device=self.device, seek_mode=seek_mode, keep=dict(keep or {}),
                                          max_open=max_gpu_decoders, on_open=self._opened, budget=gpu_budget)
 
-    def frames(self, clip: Clip, wanted: dict[int, int],
+    def frames(self, clip: EpisodeClip, wanted: dict[int, int],
                runs: Mapping[int, int] | None = None) -> dict[int, tuple[torch.Tensor, float]]:
         """Frames of ``clip`` (frame -> decoder lane): frame -> (uint8 [C, H, W] on the decoding device, pts).
         ``runs``: as ``ClipDecoders.frames``."""
@@ -95,12 +96,12 @@ class DeviceDecoders:
                 self.router.failed(clip.key, clip.camera, cause)
         return self.cpu.frames(clip, wanted, runs)
 
-    def _opened(self, clip: Clip, dec: Any) -> None:
+    def _opened(self, clip: EpisodeClip, dec: Any) -> None:
         status = getattr(dec, "cpu_fallback", None)  # torchcodec >= 0.13; NVDEC backend knows at open
         if status is not None and getattr(status, "status_known", False) and bool(status):
             self.router.cpu_fallback_seen(clip.key, clip.camera, str(status))
 
-    def release(self, clip: Clip) -> None:
+    def release(self, clip: EpisodeClip) -> None:
         self.cpu.release(clip)
         if self.gpu is not None:
             self.gpu.release(clip)

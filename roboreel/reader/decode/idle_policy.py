@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from roboreel.formats.manifest import Manifest
 from roboreel.formats.shard import clip_member
 from roboreel.reader.decode.decoder_cache import IdleDecoders, decoder_bytes, process_cache
-from roboreel.reader.decode.requests import window_lanes
+from roboreel.reader.plan.requests import window_lanes
 
 AUTO_BUDGET_BYTES = 256 << 20
 

@@ -2,8 +2,10 @@
 returns.
 
 Decoding follows LeRobot 0.6.1 exactly (formats/images.py: Pillow, EXIF orientation, ``pil_to_chw_tensor``'s
-dtypes), so PNG (lossless) and TIFF samples are bit-identical to LeRobot's. It happens in two steps:
-``decode_image`` (where the sample is made, a DataLoader worker) returns Pillow's pixels channels-last as they are
+dtypes), so PNG (lossless) and TIFF samples are bit-identical to LeRobot's. The plan room names a sample's encoded
+images (plan/requests.ImageRequest); decoding them happens in two steps: ``decoded_images`` (where the sample's
+frames are decoded, or its batch collated for roboreel.loader: a DataLoader worker) returns Pillow's pixels
+channels-last as they are
 (uint8 for 8-bit images, a view of Pillow's bytes: no copy), and ``finish_images`` (where the sample or batch is
 finished) writes the contiguous float32 ``[C, H, W]`` in one pass, like video frames: uint8 is a quarter of
 float32's bytes through roboreel.loader's worker pipes, and every copy avoided is MBs of fresh pages (the reader
@@ -27,10 +29,12 @@ import torch
 from roboreel.formats.depth import MM_PER_METRE
 from roboreel.formats.images import ImageDecodeError, image_pixels
 from roboreel.reader.decode.unit import unit_float
+from roboreel.reader.plan.requests import ImageRequest
 
 _MM_PER_METRE = np.float32(MM_PER_METRE)  # float32 x float32: the product LeRobot's float32 tensors give
 
-__all__ = ["NO_IMAGE_CLIPS", "ImageClips", "ImageDecodeError", "decode_image", "decode_images", "finish_images"]
+__all__ = ["NO_IMAGE_CLIPS", "ImageClips", "ImageDecodeError", "decode_image", "decode_images", "decoded_images",
+           "finish_images"]
 
 
 def decode_image(data: bytes, *, name: str = "image", metres: bool = False) -> np.ndarray:
@@ -45,6 +49,21 @@ def decode_images(encoded: list[bytes], *, name: str = "image", metres: bool = F
     """Several encoded images stacked ``[T, H, W, C]`` (a ``delta_timestamps`` window: ``[T, C, H, W]`` once
     finished, as LeRobot's ``torch.stack``); ``metres``: as ``decode_image``."""
     return np.stack([decode_image(b, name=name, metres=metres) for b in encoded])
+
+
+def decoded_images(values: dict[str, Any], images: Mapping[str, bool]) -> dict[str, Any]:
+    """A sample's ``values`` with the image features among them (``images``, PendingSample.images) decoded: each
+    ``ImageRequest`` (what plan asked for) becomes its pixels, channels-last as ``decode_image`` returns them. A
+    new dict where there is anything to decode, ``values`` itself otherwise."""
+    out = values
+    for key in images:
+        req = values.get(key)
+        if isinstance(req, ImageRequest):
+            if out is values:
+                out = dict(values)
+            out[key] = (decode_images(list(req.data), name=req.name, metres=req.metres) if req.stacked
+                        else decode_image(req.data[0], name=req.name, metres=req.metres))
+    return out
 
 
 def _finish(x: np.ndarray | torch.Tensor) -> torch.Tensor:

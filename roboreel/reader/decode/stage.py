@@ -40,9 +40,10 @@ import torch
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.formats.manifest import CameraSpec
 from roboreel.reader.decode.buffers import BufferPool
+from roboreel.reader.decode.counters import DecodeStats
 from roboreel.reader.decode.deferred import ClipKey, ClipStore, PendingBatch
 from roboreel.reader.decode.pixels import copy_frame, unit_frame
-from roboreel.reader.decode.requests import Clip, DecodeStats
+from roboreel.reader.plan.requests import EpisodeClip
 
 _STAT_FIELDS = ("decode_seconds", "decoder_opens", "decoder_reuses", "decode_calls", "frames_decoded")
 
@@ -177,7 +178,7 @@ class DecodePool:
             self._enqueue(key, self._decode_task, (decoders, clip, lanes, queried, targets[key], pending.runs.get(key)),
                           job)
         for key in pending.release:
-            clip = self.store.release(key) or Clip.stub(key)
+            clip = self.store.release(key) or EpisodeClip.stub(key)
             decoders = self._slots.pop(key, None)
             if decoders is not None:
                 self._enqueue(key, self._release_task, (decoders, clip))
@@ -253,10 +254,10 @@ class DecodePool:
         for key in list(self._slots)[:max(0, excess)]:  # least recently used first; idle ones only
             if key not in self._queues:  # nothing queued or running for it
                 decoders = self._slots.pop(key)
-                self._enqueue(key, self._release_task, (decoders, Clip.stub(key)))
+                self._enqueue(key, self._release_task, (decoders, EpisodeClip.stub(key)))
 
     # -- tasks (pool threads) ----------------------------------------------------------------------------
-    def _decode_task(self, decoders: Any, clip: Clip, lanes: dict[int, int], queried: dict[int, float],
+    def _decode_task(self, decoders: Any, clip: EpisodeClip, lanes: dict[int, int], queried: dict[int, float],
                      targets: _Targets, runs: dict[int, int] | None) -> None:
         if self.stream is not None:
             with torch.cuda.stream(self.stream):
@@ -264,7 +265,7 @@ class DecodePool:
         else:
             self._decode(decoders, clip, lanes, queried, targets, runs)
 
-    def _decode(self, decoders: Any, clip: Clip, lanes: dict[int, int], queried: dict[int, float],
+    def _decode(self, decoders: Any, clip: EpisodeClip, lanes: dict[int, int], queried: dict[int, float],
                 targets: _Targets, runs: dict[int, int] | None) -> None:
         """Decode the clip's frames of one batch and copy each into its slots. Every check and conversion is made
         once per decoded frame (or once per task), not once per slot: at 224x224 and smaller the per-slot Python
@@ -303,7 +304,7 @@ class DecodePool:
             for slot, f in pairs:
                 copy_frame(arrays[f], dst[slot])  # one thread, GIL released (see the module doc)
 
-    def _release_task(self, decoders: Any, clip: Clip) -> None:
+    def _release_task(self, decoders: Any, clip: EpisodeClip) -> None:
         decoders.release(clip)
         self._retire(decoders)
 

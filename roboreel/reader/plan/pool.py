@@ -27,9 +27,16 @@ import numpy as np
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.shard import EpisodeRecord
 from roboreel.formats.table_features import image_bytes, image_problem
-from roboreel.reader.decode.images import decode_image, decode_images
-from roboreel.reader.decode.requests import MAX_LANES, Clip, FrameRequest, PendingSample, Rows, window_lanes
 from roboreel.reader.plan.epoch import TAG_FRAMES, TAG_POOL, Slice
+from roboreel.reader.plan.requests import (
+    MAX_LANES,
+    EpisodeClip,
+    FrameRequest,
+    ImageRequest,
+    PendingSample,
+    Rows,
+    window_lanes,
+)
 from roboreel.reader.plan.rows import column_array
 from roboreel.reader.plan.windows import window
 
@@ -179,8 +186,9 @@ class LoadedEpisode:
     """A pooled episode: its rows as numpy columns and its compressed clips (no pixels).
 
     Image features (``images``: key -> stored in metres, a depth image LeRobot scales to mm) stay encoded here,
-    one ``bytes`` per row; each sample decodes the ones it needs in ``pending`` (in the process that makes the
-    sample: a DataLoader worker), since a pool of decoded episodes would hold every frame as pixels.
+    one ``bytes`` per row; a sample's values name the ones it needs (``ImageRequest``), which decode/ decodes with
+    the sample's frames (in the process that makes the sample: a DataLoader worker), since a pool of decoded
+    episodes would hold every frame as pixels.
     ``transformed``: the image keys ``image_transforms`` applies to (LeRobot skips depth maps).
     """
 
@@ -214,19 +222,19 @@ class LoadedEpisode:
             raise CompiledFormatError("rows are not frames 0..length-1 in order", file=shard, episode=self.index)
         self.numeric = frozenset(k for k, v in self.columns.items() if isinstance(v, np.ndarray))
         self.timestamps = np.asarray(self.columns["timestamp"], dtype=np.float64).reshape(self.length)
-        self.clips: dict[str, Clip] = {}
+        self.clips: dict[str, EpisodeClip] = {}
         for cam in camera_keys:
             if cam not in record.clips:
                 raise CompiledFormatError(f"record lacks the clip of camera {cam!r}", file=shard, episode=self.index)
-            self.clips[cam] = Clip(shard, self.index, cam, record.clips[cam], stream)
+            self.clips[cam] = EpisodeClip(shard, self.index, cam, record.clips[cam], stream)
         self.windows = windows
         self.lanes = {cam: window_lanes(len(windows[cam])) for cam in self.clips if cam in windows}
         task_index = self.columns.get("task_index")
         self.tasks = tasks
         self._task_index = task_index
         self.nbytes = sum(len(c.data) for c in self.clips.values()) + rows.nbytes
-        # values gathered per batch (``gather``) unless a sample needs its own work: image features decode per
-        # sample, a windowed non-numeric column is a list per sample
+        # values gathered per batch (``gather``) unless a sample needs its own work: image features are requested
+        # per sample, a windowed non-numeric column is a list per sample
         self.batched = not self.images and all(k in self.numeric for k in self.columns if k in windows)
 
     def _image_column(self, rows: Any, key: str) -> list[bytes]:
@@ -235,15 +243,17 @@ class LoadedEpisode:
             raise CompiledFormatError(f"image feature {key!r} {problem}", file=self.shard, episode=self.index)
         return image_bytes(rows.column(key))
 
-    def _image(self, key: str, rows: list[int]) -> np.ndarray:
-        name = f"{self.shard}: episode {self.index} {key!r} frame {rows[0]}"
-        col, metres = self.columns[key], self.images[key]
-        return decode_images([col[i] for i in rows], name=name, metres=metres)
+    def _image(self, key: str, rows: list[int], *, stacked: bool) -> ImageRequest:
+        """The encoded images of ``key`` at ``rows``, for decode/ (``stacked``: a window, ``[T, C, H, W]`` once
+        decoded, as LeRobot stacks table columns)."""
+        col = self.columns[key]
+        return ImageRequest(tuple(col[i] for i in rows), stacked, self.images[key],
+                            f"{self.shard}: episode {self.index} {key!r} frame {rows[0]}")
 
     def pending(self, f: int, *, last: bool, run_end: int | None = None, lane: int = 0) -> PendingSample:
         """The pending sample of frame ``f`` (its frames named, nothing decoded). Its values are gathered later,
         with the rest of its batch (``PendingSample.rows``, ``gather``), where every column gathers in one
-        indexing; an episode with image features (decoded per sample) or a windowed non-numeric column gathers
+        indexing; an episode with image features (requested per sample) or a windowed non-numeric column gathers
         them now (``values``). ``run_end``: see ``PoolSchedule.run_end``; passed on to cameras without a window
         (decode.ClipDecoders). ``lane``: the schedule's run lane (plan/shuffled.py): a run's frames decode on
         decoders of their own, ``MAX_LANES`` per run for a windowed camera."""
@@ -276,14 +286,13 @@ class LoadedEpisode:
             off = self.windows.get(key)
             if off is None:  # a copy (0-dim for a scalar column): a sample must not pin the episode's column
                 if key in self.images:
-                    values[key] = decode_image(col[f], name=f"{self.shard}: episode {self.index} {key!r} "
-                                               f"frame {f}", metres=self.images[key])
+                    values[key] = self._image(key, [f], stacked=False)
                 else:
                     values[key] = np.array(col[f]) if key in self.numeric else col[f]
             else:
                 q, pad = window(f, 0, self.length, off)
                 if key in self.images:  # [T, C, H, W] for any window, as LeRobot stacks table columns
-                    values[key] = self._image(key, q.tolist())
+                    values[key] = self._image(key, q.tolist(), stacked=True)
                 else:
                     values[key] = col[q] if key in self.numeric else [col[i] for i in q.tolist()]
                 pads[f"{key}_is_pad"] = pad

@@ -1,24 +1,23 @@
-"""What decode is asked for: a ``PendingSample`` (tabular values + per camera a ``FrameRequest`` naming frames of
-a compressed ``Clip``), and the decode counters every decoder keeps.
+"""What plan hands decode: a ``PendingSample`` (tabular values + per camera a ``FrameRequest`` naming frames of
+a compressed ``EpisodeClip``; an image feature's encoded images as an ``ImageRequest``).
 
-Why a module of its own: the plan room (reader/plan/pool.py) builds these and the decode room consumes them, so
-they sit at the bottom of decode/ where both can import them without decode ever importing plan.
+The plan room (reader/plan/pool.py) builds these and the decode room consumes them: decode imports this module,
+plan imports nothing of decode, so a sample crosses from plan to decode once, one way. The values a sample has not
+gathered yet (``Rows``) come from a ``RowSource``, plan's pooled episode: reading them is plan's arithmetic over
+its rows (windows, padding, tasks), no decoding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Protocol
 
 import numpy as np
 
-SeekMode = Literal["approximate", "exact"]
-SEEK_MODES = ("approximate", "exact")
-
 
 @dataclass(eq=False)
-class Clip:
+class EpisodeClip:
     """One camera's compressed clip of one episode: ``key`` identifies it for decoder reuse. ``stream`` tells
     apart the copies of one clip that two consumers (DataLoader workers) hold when the split cut its episode
     between them: each releases its own (reader/plan/epoch.py)."""
@@ -34,7 +33,7 @@ class Clip:
         return (self.shard, self.episode, self.camera, self.stream)
 
     @classmethod
-    def stub(cls, key: tuple[str, int, str, int]) -> Clip:
+    def stub(cls, key: tuple[str, int, str, int]) -> EpisodeClip:
         """The clip named by ``key`` without its bytes (they travelled with an earlier reference)."""
         shard, episode, camera, stream = key
         return cls(shard, episode, camera, b"", stream)
@@ -48,7 +47,7 @@ class Clip:
 class FrameRequest:
     """The frames one sample needs from one clip, in window order (repeats allowed, e.g. clamped edges)."""
 
-    clip: Clip
+    clip: EpisodeClip
     frames: np.ndarray  # int64 frame numbers within the clip (= frame_index within the episode)
     queried_s: np.ndarray  # float64: the timestamp each frame must show (the row's timestamp), for tolerance checks
     stacked: bool  # True -> [T, C, H, W]; False -> [C, H, W] (no window, or a one-offset window, as LeRobot)
@@ -56,16 +55,36 @@ class FrameRequest:
     run_end: int | None = None  # frames[0] + 1 .. run_end - 1 are asked next from this clip, in order, one each
 
 
+@dataclass(frozen=True)
+class ImageRequest:
+    """An image feature's encoded images for one sample (one per window row; ``stacked``: a window, decoded to
+    ``[T, H, W, C]``, else one image ``[H, W, C]``). ``metres``: a depth image stored in metres (LeRobot returns
+    millimetres). ``name`` names the image in a decode error (shard, episode, key, frame)."""
+
+    data: tuple[bytes, ...]
+    stacked: bool
+    metres: bool
+    name: str
+
+
+class RowSource(Protocol):
+    """Where ungathered values come from (plan/pool.LoadedEpisode): one sample's, or many samples' at once."""
+
+    def values(self, f: int) -> dict[str, Any]: ...
+
+    def gather(self, frames: np.ndarray) -> dict[str, Any]: ...
+
+
 @dataclass(eq=False)
 class Rows:
     """A sample's tabular values before they are gathered: row ``frame`` of ``source``.
 
-    ``source`` (reader/plan/pool.LoadedEpisode) gathers the rows of many samples at once, ``gather(frames)``: one
-    indexing per column for all of a batch's samples of that episode (deferred.collate_pending), where gathering
-    each sample's values and stacking them cost ~20 us a sample of the Python that holds the GIL the decode threads
-    need; or one sample's, ``values(frame)``."""
+    ``source`` gathers the rows of many samples at once, ``gather(frames)``: one indexing per column for all of a
+    batch's samples of that episode (decode/deferred.collate_pending), where gathering each sample's values and
+    stacking them cost ~20 us a sample of the Python that holds the GIL the decode threads need; or one sample's,
+    ``values(frame)``. Only episodes without image features gather this way (``LoadedEpisode.batched``)."""
 
-    source: Any
+    source: RowSource
     frame: int
 
 
@@ -75,12 +94,12 @@ class PendingSample:
 
     episode: int
     frame: int  # frame within the episode
-    # every non-camera key in final order: numpy arrays (tabular, ``*_is_pad``), ``task``; None while ``rows`` holds
-    # them ungathered (read them with ``sample_values``)
+    # every non-camera key in final order: numpy arrays (tabular, ``*_is_pad``), ``task``, image features as
+    # ``ImageRequest`` (decoded by decode/images.py); None while ``rows`` holds them ungathered (``sample_values``)
     values: dict[str, Any] | None
     video: dict[str, FrameRequest]  # camera key -> request, in camera order
-    release: tuple[Clip, ...] = ()  # clips no later sample needs (their episode left the pool)
-    # image features among ``values`` (uint8 until finished, images.finish_images) -> whether image_transforms apply
+    release: tuple[EpisodeClip, ...] = ()  # clips no later sample needs (their episode left the pool)
+    # image features among ``values`` (decode/images.py decodes and finishes them) -> whether image_transforms apply
     images: Mapping[str, bool] = field(default_factory=dict)
     rows: Rows | None = None
 
@@ -91,15 +110,6 @@ class PendingSample:
                 raise ValueError(f"pending sample of episode {self.episode} frame {self.frame} has no values")
             self.values = self.rows.source.values(self.rows.frame)
         return self.values
-
-
-@dataclass
-class DecodeStats:
-    decode_seconds: float = 0.0
-    decoder_opens: int = 0
-    decoder_reuses: int = 0
-    decode_calls: int = 0
-    frames_decoded: int = 0
 
 
 MAX_LANES = 4

@@ -1,7 +1,7 @@
 """``MixtureMeta``: a mixture's metadata in LeRobot's shape (``LeRobotDatasetMetadata``'s fields), merged from its
 members' ``DatasetMeta``: the features every member has (checked equal, formats/merge.py), the fps, stats
 aggregated as LeRobot's ``aggregate_stats`` does, tasks merged (``task_index`` remapped in the samples), totals
-summed; with canonical keys (reader/canonical.py) the canonical features, stats pooled without padding, and each
+summed; with canonical keys (_canonical.py) the canonical features, stats pooled without padding, and each
 member's own stats (``member_stats``). What ``make_policy(cfg, ds_meta=...)`` and ``make_pre_post_processors(dataset_stats=...)`` read.
 
 Member-level tables (meta/episodes) differ per member and have no merged form LeRobot reads: they stay on
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from roboreel.formats.merge import aggregate_stats
-from roboreel.reader.canonical import Canonical
-from roboreel.reader.canonical_stats import canonical_stats, member_stats
 from roboreel.reader.meta import DatasetMeta, FeatureKeys
+from roboreel.reader.mixture._canonical import Canonical
+from roboreel.reader.mixture._stats import canonical_stats, member_stats
 
 
 class MixtureMeta(FeatureKeys):
@@ -31,7 +31,7 @@ class MixtureMeta(FeatureKeys):
                  canon: Canonical | None = None) -> None:
         self.members = list(members)
         self.keys, self.task_names = list(keys), list(tasks)
-        self.canon = canon  # the canonical features (reader/canonical.py); None: members' keys as they are
+        self.canon = canon  # the canonical features (_canonical.py); None: members' keys as they are
         self.repo_id = "+".join(m.repo_id for m in self.members)
         self._info: dict[str, Any] | None = None
         self._tasks: Any = None
@@ -66,7 +66,7 @@ class MixtureMeta(FeatureKeys):
 
     def _read_stats(self) -> dict[str, dict[str, np.ndarray]] | None:
         """The members' stats of the common features, aggregated as LeRobot's ``aggregate_stats``; over canonical
-        features, padded dimensions and missing cameras kept out (canonical_stats.py)."""
+        features, padded dimensions and missing cameras kept out (_stats.py)."""
         if self.canon is not None and not self.canon.identity:
             return canonical_stats(self.canon, [m.stats for m in self.members])
         return aggregate_stats([m.url for m in self.members], [m.stats for m in self.members], self.keys)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from roboreel.formats.merge import check_aggregatable, stats_everywhere
-from roboreel.reader.canonical import Canonical
+from roboreel.reader.mixture._canonical import Canonical
 
 Stats = dict[str, dict[str, np.ndarray]]
 

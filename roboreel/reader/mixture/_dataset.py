@@ -2,7 +2,7 @@
 
 Built from member ``CompiledDataset``s (made with the same arguments, by ``CompiledDataset.__new__``), it keeps
 each member's whole machinery (selection, episode pool, slice reader) and adds only the choice of member per
-draw (plan/mixture.py, a seeded int array): one consumer (rank x DataLoader worker) runs one ``MemberStream`` per
+draw (_plan.py, a seeded int array): one consumer (rank x DataLoader worker) runs one ``MemberStream`` per
 member (consumer.py) and takes its next sample from the member the draw names. So everything that holds for one
 dataset holds here: the order is a pure function of (seed, epoch, rank, worker), ranks take equal steps, workers
 emit whole batches, and ``state_dict`` is the same handful of scalars (a resumed consumer skips, in each member's
@@ -10,7 +10,7 @@ pool, as many picks as the draws before its position name that member).
 
 Every sample carries ``dataset_index`` (int64, the member's position) and the merged ``task_index``
 (``meta.tasks``). Members with other keys, sizes, cameras or fps are made canonical (``remap``, ``pad``,
-``delta_indices``: reader/canonical.py, canonical_samples.py, mixture_windows.py; docs/mixtures.md); a non-camera
+``delta_indices``: _canonical.py, _samples.py, _windows.py; docs/mixtures.md); a non-camera
 feature some member lacks is left out (named in a warning).
 """
 
@@ -28,27 +28,27 @@ from typing import Any
 import numpy as np
 
 from roboreel.formats.merge import MixtureMismatch, merge_tasks
-from roboreel.reader.blank import blank_clip
-from roboreel.reader.canonical import canonical as canonical_features
-from roboreel.reader.canonical_samples import (
+from roboreel.reader.consumer import MemberStream, run_members
+from roboreel.reader.decode.idle_policy import IdlePolicy
+from roboreel.reader.decode.images import ImageClips
+from roboreel.reader.mixture._blank import blank_clip
+from roboreel.reader.mixture._canonical import canonical as canonical_features
+from roboreel.reader.mixture._meta import MixtureMeta
+from roboreel.reader.mixture._normalize import check_modes
+from roboreel.reader.mixture._plan import MixturePlan, member_slices, skip_counts
+from roboreel.reader.mixture._samples import (
     CanonicalManifest,
     MemberSamples,
     canonical_specs,
     member_samples,
 )
-from roboreel.reader.consumer import MemberStream, run_members
-from roboreel.reader.decode.idle_policy import IdlePolicy
-from roboreel.reader.decode.images import ImageClips
-from roboreel.reader.decode.requests import PendingSample
-from roboreel.reader.mixture_meta import MixtureMeta
-from roboreel.reader.mixture_windows import member_windows
-from roboreel.reader.normalize import check_modes
+from roboreel.reader.mixture._windows import member_windows
 from roboreel.reader.order import near_offsets
 from roboreel.reader.plan.epoch import (
     World,
     stream_arrays,
 )
-from roboreel.reader.plan.mixture import MixturePlan, member_slices, skip_counts
+from roboreel.reader.plan.requests import PendingSample
 from roboreel.reader.plan.shuffled import make_schedule
 from roboreel.reader.stats import SharedCounters
 from roboreel.reader.stream import StreamCore
@@ -62,14 +62,14 @@ MIXTURE_ONLY = ("remap", "pad", "normalize")  # keywords only a mixture takes (C
 
 @dataclass(frozen=True)
 class CanonicalOptions:
-    """How members with other keys, sizes and cameras become one batchable stream (reader/canonical.py).
+    """How members with other keys, sizes and cameras become one batchable stream (_canonical.py).
 
     Args:
         remap: one ``{own key: canonical key or None}`` per member (None: keep its keys); None drops a key.
         pad: "max": 1-D features whose sizes differ are zero-padded to the largest (``<key>_dim_is_pad``);
             None: they must match.
         normalize: ``{canonical key: "mean_std" | "min_max"}``: normalise each sample with its own member's stats
-            (reader/normalize.py).
+            (_normalize.py).
     """
 
     remap: tuple[Mapping[str, str | None] | None, ...] | None = None
@@ -83,7 +83,7 @@ def build_mixture(make: Callable[..., Any], paths: Sequence[Any], *, weights: Se
                   **kwargs: Any) -> MixtureDataset:
     """``CompiledDataset([a, b, ...], ...)``: each member made by ``make(path, episodes=..., **kwargs)`` (every
     argument as for one dataset), then mixed. ``episodes`` is one entry per dataset (None or episode indices) or
-    ``{position: [episodes]}``; windows are set per member on its own frame grid (mixture_windows.py)."""
+    ``{position: [episodes]}``; windows are set per member on its own frame grid (_windows.py)."""
     paths = list(paths)
     if not paths or not all(isinstance(p, str | PathLike) for p in paths):
         raise ValueError(f"a mixture is a non-empty list of dataset paths or URLs, got {paths!r:.200}")
@@ -145,9 +145,9 @@ class MixtureDataset(StreamCore):
         self.split_options, self.fps = m0.split_options, m0.fps
         self.member_fps = [m.fps for m in self.members]
         self.stream_options, self.decode_options = m0.stream_options, m0.decode_options
-        for name in ("decode_device", "image_transforms", "return_uint8", "tolerance_s", "frame_order", "spread",
-                     "decode_batch", "decode_cache_bytes", "gpu_decode_cache_bytes", "idle_decoder_bytes"):
-            setattr(self, name, getattr(m0, name))
+        # the members were made with the same arguments: the first one's decode device, output form and spread
+        self.decode_device, self.spread = m0.decode_device, m0.spread
+        self.image_transforms, self.return_uint8 = m0.image_transforms, m0.return_uint8
         self.options = opts = canonical or CanonicalOptions()
         self.canon = canon = canonical_features(self.urls, [m.manifest.features for m in self.members],
                                                 [m.camera_keys for m in self.members], opts.remap, opts.pad)
@@ -187,7 +187,7 @@ class MixtureDataset(StreamCore):
             m0.manifest, canonical_specs(canon, [m.manifest for m in self.members]))
         self._samples: list[MemberSamples] | None = None  # made where samples are (workers), from the meta's stats
         self.set_windows(delta_timestamps=delta_timestamps, delta_indices=delta_indices)
-        # a camera some member lacks reads a blank clip's black frame there (blank.py), encoded once, here
+        # a camera some member lacks reads a blank clip's black frame there (_blank.py), encoded once, here
         specs = {c.key: c for c in self.manifest.cameras}
         self.blank_clips = {c: blank_clip(c, specs[c].height, specs[c].width) for c in canon.missing_cameras}
         self.task_names, self.task_remaps = merge_tasks([m.manifest.tasks for m in self.members])
@@ -213,15 +213,15 @@ class MixtureDataset(StreamCore):
 
     def set_windows(self, *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                     delta_indices: Mapping[str, Sequence[int]] | None = None) -> None:
-        """Windows by canonical key, set on each member's own frame grid (mixture_windows.py): ``delta_indices`` in
-        frames, or ``delta_timestamps`` in seconds (on every member's grid). Both None: the members' own windows
-        (a mixture made of members built with theirs). lerobot-train's integration sets a policy's
+        """Windows by canonical key, set on each member's own frame grid (reader/mixture/_windows.py):
+        ``delta_indices`` in frames, or ``delta_timestamps`` in seconds (on every member's grid). Both None: the
+        members' own windows (a mixture made of members built with theirs). lerobot-train's integration sets a policy's
         ``*_delta_indices`` here once the canonical features are known."""
         canon, m0 = self.canon, self.members[0]
         if delta_timestamps is not None or delta_indices is not None:  # each member on its own frame grid
             windows, seconds, self.window_lengths = member_windows(
                 canon, self.member_fps, delta_timestamps=delta_timestamps, delta_indices=delta_indices,
-                tolerance_s=self.tolerance_s)
+                tolerance_s=self.decode_options.tolerance_s)
             for m, w, sec in zip(self.members, windows, seconds, strict=True):
                 m._set_windows(w, sec)
         else:  # members made with their windows (MixtureDataset(members)): the first one's, by canonical key
@@ -236,7 +236,8 @@ class MixtureDataset(StreamCore):
                 c = cm.rename.get(k)
                 if c is not None:
                     self.keep_frames[c] = max(n, self.keep_frames.get(c, 0))
-        self.idle_policy = IdlePolicy(self.idle_decoder_bytes, partial(_needed, [m.idle_policy for m in self.members]))
+        self.idle_policy = IdlePolicy(self.decode_options.idle_decoders_bytes,
+                                      partial(_needed, [m.idle_policy for m in self.members]))
         self._samples = None
 
     def __repr__(self) -> str:
@@ -246,7 +247,7 @@ class MixtureDataset(StreamCore):
     # -- epochs and sizes -------------------------------------------------------------------------------
     @property
     def meta(self) -> MixtureMeta:
-        """The merged metadata: common features, aggregated stats, merged tasks (mixture_meta.py)."""
+        """The merged metadata: common features, aggregated stats, merged tasks (reader/mixture/_meta.py)."""
         if self._meta is None:
             self._meta = MixtureMeta([m.meta for m in self.members], keys=self.features, tasks=self.task_names,
                                      canon=self.canon)
@@ -302,19 +303,19 @@ class MixtureDataset(StreamCore):
             schedule = make_schedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
                                      pool_size=int(self.pool_sizes[i]), shuffle=self.shuffle,
                                      seed=self.plan.member_seed(i), epoch=epoch, rank=world.rank,
-                                     worker=world.worker, frame_order=self.frame_order, segment=ds.segment,
-                                     spread=self.spread, near=near_offsets(ds.fps))
+                                     worker=world.worker, frame_order=self.decode_options.frame_order,
+                                     segment=ds.segment, spread=self.spread, near=near_offsets(ds.fps))
             schedule.skip(int(done[i]))
             cm = self.canon.members[i]
-            streams.append(MemberStream(ds, schedule, slices, stream=world.consumer, stride=world.consumers,
-                                        shard_prefix=f"{ds.url.rstrip('/')}/", tabular_keys=list(cm.tabular),
-                                        camera_keys=list(cm.cameras)))
+            records = ds._records(tabular_keys=cm.tabular, camera_keys=cm.cameras)
+            streams.append(MemberStream(records, schedule, slices, stream=world.consumer, stride=world.consumers,
+                                        shard_prefix=f"{ds.url.rstrip('/')}/"))
         live = [s for s in streams if s is not None]
-        return run_members(self, live, self._draw(draws[skip:], streams), position, row, self._counters,
-                           deferred=deferred)
+        return run_members(self._decoding(), live, self._draw(draws[skip:], streams), position, row,
+                           self._counters, deferred=deferred)
 
     def _draw(self, draws: np.ndarray, streams: list[MemberStream | None]) -> Iterator[PendingSample]:
-        """The pending samples in draw order, each canonical (canonical_samples.py) and tagged with its member and
+        """The pending samples in draw order, each canonical (_samples.py) and tagged with its member and
         the merged task_index."""
         makers = [self.member_samples_maker(k) for k in range(len(self.members))]
         for k in draws.tolist():
@@ -336,6 +337,7 @@ class MixtureDataset(StreamCore):
             "mixture": hashlib.sha256(members.encode()).hexdigest()[:16],
             "weights": None if self.plan.weights is None else list(self.plan.weights),
             "samples_per_epoch": self.plan.size, "seed": self.seed, "shuffle": self.shuffle,
-            "pool_sizes": self.pool_sizes.tolist(), "frame_order": self.frame_order, "spread": self.spread,
+            "pool_sizes": self.pool_sizes.tolist(), "frame_order": self.decode_options.frame_order,
+            "spread": self.spread,
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
         }

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from roboreel.reader.decode.requests import Clip, FrameRequest
+from roboreel.reader.plan.requests import EpisodeClip, FrameRequest
 
 BLANK_SHARD = "<missing camera>"
 
@@ -42,12 +42,12 @@ def blank_mp4(height: int, width: int) -> bytes:
     return buf.getvalue()
 
 
-def blank_clip(camera: str, height: int, width: int) -> Clip:
+def blank_clip(camera: str, height: int, width: int) -> EpisodeClip:
     """The clip a missing ``camera`` reads (one per camera, never released: it is needed all epoch)."""
-    return Clip(BLANK_SHARD, 0, camera, blank_mp4(height, width))
+    return EpisodeClip(BLANK_SHARD, 0, camera, blank_mp4(height, width))
 
 
-def blank_request(clip: Clip, window: int | None) -> FrameRequest:
+def blank_request(clip: EpisodeClip, window: int | None) -> FrameRequest:
     """Frame 0 of ``clip`` once, or ``window`` times (stacked ``[T, C, H, W]`` when ``window > 1``)."""
     n = window or 1
     return FrameRequest(clip, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.float64), n > 1)

@@ -5,7 +5,7 @@ spends as much as decoding them, and CUDA cannot be used in forked workers at al
 - DataLoader workers (processes) do everything but decode: read shards, pool episodes, pick frames, window,
   collate tabular values (``CompiledDataset.iter_pending`` + ``deferred.collate_pending``). What crosses to this
   process is small: a clip's compressed bytes once, then frame requests.
-- This process runs the decode stage (loader_stage.py) on a background thread: it feeds a pool of decode threads
+- This process runs the decode stage (_stage.py) on a background thread: it feeds a pool of decode threads
   (decode/stage.py; default one per available core; torchcodec releases the GIL) that write frames straight into
   one preallocated uint8 tensor per camera and batch (pinned when the batch goes to CUDA), and finishes batches in the
   DataLoader's order: moved to the device as uint8, divided by 255 there unless ``return_uint8``.
@@ -43,7 +43,7 @@ from roboreel.reader.decode.heap import (
 )
 from roboreel.reader.decode.stage import default_decode_threads, default_inflight_batches
 from roboreel.reader.fetch.prefetch import Prefetcher
-from roboreel.reader.loader_stage import DecodeStage
+from roboreel.reader.loader._stage import DecodeStage
 from roboreel.reader.mixture import MixtureDataset
 from roboreel.reader.order import OrderMeter
 from roboreel.reader.plan.resume import worker_batches
@@ -103,7 +103,7 @@ class DeviceLoader:
         **dataloader_kwargs: passed to the DataLoader (``prefetch_factor``, ``persistent_workers``,
             ``pin_memory``, ``drop_last``, ``multiprocessing_context``, ...); not ``collate_fn``/samplers.
             ``persistent_workers`` defaults to True when ``num_workers > 0``: workers live across epochs, and
-            ``set_epoch`` / ``load_state_dict`` reach them through the dataset's epoch board (plan/board.py).
+            ``set_epoch`` / ``load_state_dict`` reach them through the dataset's epoch board (board.py).
 
     Iterate it like a DataLoader. ``set_epoch``, ``state_dict``/``load_state_dict`` (what a trainer saves),
     ``stats()`` and ``last_batch_seconds`` (worker + decode time of the batch just returned) complete it.
@@ -150,7 +150,7 @@ class DeviceLoader:
         self.decode_threads, self.inflight_batches = decode_threads, inflight_batches
         if num_workers > 0:
             # Workers kept across epochs (docs/reader.md, "Epochs"): re-forking them every epoch cost ~40% of the
-            # samples/s on a small dataset and inflated the tree's RSS; set_epoch still reaches them (plan/board.py)
+            # samples/s on a small dataset and inflated the tree's RSS; set_epoch still reaches them (board.py)
             dataloader_kwargs.setdefault("persistent_workers", True)
         self.device = None if device is None else torch.device(device)
         if self.device is not None and dataset.decode_device != "cpu" and self.device.type != "cuda":

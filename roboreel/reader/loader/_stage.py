@@ -1,8 +1,8 @@
-"""The decode stage of ``roboreel.loader`` (loader.py): what runs on its background thread.
+"""The decode stage of ``roboreel.loader`` (_loader.py): what runs on its background thread.
 
 It takes the DataLoader's collated *pending* batches (compressed clips and frame requests, ``deferred.py``), feeds
 them to the pool of decode threads (decode/stage.py), and finishes each decoded batch into what the training loop
-receives (``finish_batch``): on the device, uint8 or float32, transformed, in the DataLoader's order. loader.py
+receives (``finish_batch``): on the device, uint8 or float32, transformed, in the DataLoader's order. _loader.py
 keeps the public side (arguments, iteration, epochs, resume state, stats); this module only the data path, so the
 two read apart.
 """
@@ -33,8 +33,8 @@ from roboreel.reader.stats import Flusher
 
 
 class StageOwner(Protocol):
-    """What the stage reads from, and reports to, the ``DeviceLoader`` that runs it (loader.py): typed here so this
-    module never imports loader.py back."""
+    """What the stage reads from, and reports to, the ``DeviceLoader`` that runs it (_loader.py): typed here so this
+    module never imports _loader.py back."""
 
     dataset: Any  # a CompiledDataset or MixtureDataset
     decode_threads: int
@@ -77,23 +77,25 @@ class DecodeStage:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             stream = torch.cuda.Stream(self.device)
-        staging = {cam: torch.device("cpu" if cam in ds.depth else router.camera_device(cam)) for cam in cameras}
+        dec = ds._decoding()  # the dataset's DecodeOptions and what it derived (consumer.Decoding)
+        opts, depth = dec.options, dict(dec.depth)
+        staging = {cam: torch.device("cpu" if cam in depth else router.camera_device(cam)) for cam in cameras}
 
-        budget = RunBudget(ds.decode_cache_bytes)  # decoded GOP runs of all clips together (runs.py)
-        gpu_budget = RunBudget(ds.gpu_decode_cache_bytes) if self.decode.type == "cuda" else None  # in GPU memory
-        idle = ds.idle_policy.begin()  # this process's decoders kept across epochs, or None (idle_policy.py)
+        budget = RunBudget(opts.run_cache_bytes)  # the run cache: decoded GOP runs of all clips together (runs.py)
+        gpu_budget = RunBudget(opts.gpu_run_cache_bytes) if self.decode.type == "cuda" else None  # in GPU memory
+        idle = dec.idle_policy.begin()  # this process's decoders kept across epochs, or None (idle_policy.py)
 
         def make() -> DeviceDecoders:  # one per live clip: its decoders (GPU, CPU fallback) and their state
-            return DeviceDecoders(router, keep=ds.keep_frames, max_gpu_decoders=owner.max_gpu_decoders,
+            return DeviceDecoders(router, keep=dict(dec.keep_frames), max_gpu_decoders=owner.max_gpu_decoders,
                                   max_call_bytes=DECODE_CALL_BYTES, run_budget=budget, gpu_run_budget=gpu_budget,
-                                  idle=idle, depth=ds.depth)
+                                  idle=idle, depth=depth)
         pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
-                          pin=stream is not None, tolerance_s=ds.tolerance_s, stream=stream,
+                          pin=stream is not None, tolerance_s=opts.tolerance_s, stream=stream,
                           max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,
                           # the decoder's own memory order: the GPU transposes (stage.py, "Layout"), or no one does
                           channels_last=stream is not None or owner.channels_last,
-                          dtype=torch.float32 if stream is None and not ds.return_uint8 else torch.uint8,
-                          buffers=owner._buffers, depth=frozenset(ds.depth))
+                          dtype=torch.float32 if stream is None and not dec.return_uint8 else torch.uint8,
+                          buffers=owner._buffers, depth=frozenset(depth))
         flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
 
         def flush() -> None:
@@ -114,9 +116,9 @@ class DecodeStage:
             t0 = time.perf_counter()
             job.wait()
             with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                batch = finish_batch(job, device=self.device, return_uint8=ds.return_uint8,
-                                     image_transforms=ds.image_transforms, channels_last=owner.channels_last,
-                                     depth=frozenset(ds.depth), image_clips=ds.image_clips)
+                batch = finish_batch(job, device=self.device, return_uint8=dec.return_uint8,
+                                     image_transforms=dec.image_transforms, channels_last=owner.channels_last,
+                                     depth=frozenset(depth), image_clips=dec.image_clips)
             if stream is not None:
                 stream.synchronize()  # blocks this thread only; the batch is complete when handed over
             owner._order.add(*order_keys(job.pending.values))

@@ -4,7 +4,7 @@
 (``d / fps_i`` seconds). ``delta_timestamps`` (seconds) keep LeRobot's meaning: each offset must fall on every
 member's frame grid (a multiple of ``1 / fps_i`` within ``tolerance_s``), and the error names the member whose
 grid cannot hold it (0.05 s is one frame at 20 fps, but no frame at 15 fps). Keys are canonical
-(reader/canonical.py); a camera a member lacks has no window there (its zeros carry the window's length).
+(_canonical.py); a camera a member lacks has no window there (its zeros carry the window's length).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from roboreel.formats.merge import MixtureMismatch
-from roboreel.reader.canonical import Canonical
+from roboreel.reader.mixture._canonical import Canonical
 from roboreel.reader.plan.frames import frame_offsets
 from roboreel.reader.plan.windows import delta_offsets
 

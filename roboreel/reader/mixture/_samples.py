@@ -1,13 +1,13 @@
-"""Member samples made canonical (reader/canonical.py): renamed, normalised, padded, missing cameras filled.
+"""Member samples made canonical (_canonical.py): renamed, normalised, padded, missing cameras filled.
 
 Applied to each *pending* sample as the mixture draws it (before decode), so the one pass serves both readers:
 ``iter(dataset)`` decodes the renamed requests, and ``roboreel.loader`` ships them. A camera's clip is renamed too
-(a copy of the episode's ``Clip`` under the canonical camera, shared by every request of its episode while it is
-pooled; the episode's own clips stay as made, since a kept episode serves the next epoch: plan/episode_cache.py):
+(a copy of the episode's ``EpisodeClip`` under the canonical camera, shared by every request of its episode while it
+is pooled; the episode's own clips stay as made, since a kept episode serves the next epoch: plan/episode_cache.py):
 decoders, the frames kept of a window, depth and the loader's camera specs then all speak canonical keys. Values a
 member has are passed through untouched except for the zero-padding at the end of a 1-D feature (and the
 normalisation, when asked for). A missing camera is a
-request for the black frame of a blank clip (blank.py), so it decodes to zeros on either path.
+request for the black frame of a blank clip (_blank.py), so it decodes to zeros on either path.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from roboreel.formats.manifest import CameraSpec, Manifest
-from roboreel.reader.blank import blank_request
-from roboreel.reader.canonical import Canonical
-from roboreel.reader.decode.requests import Clip, PendingSample
-from roboreel.reader.normalize import Normalizer
+from roboreel.reader.mixture._blank import blank_request
+from roboreel.reader.mixture._canonical import Canonical
+from roboreel.reader.mixture._normalize import Normalizer
+from roboreel.reader.plan.requests import EpisodeClip, PendingSample
 
 _PAD = "_is_pad"
 
@@ -34,13 +34,14 @@ class MemberSamples:
         canon: the mixture's canonical features.
         index: the member's position.
         order: canonical value keys in sample order (features, then ``*_is_pad`` in window order, then ``task``).
-        blanks: per canonical camera this member lacks, the blank clip it reads (blank.py).
+        blanks: per canonical camera this member lacks, the blank clip it reads (_blank.py).
         windows: canonical key -> window length (a missing camera's window is its blank frame repeated).
         normalizer: the member's own normalisation, or None.
     """
 
     def __init__(self, canon: Canonical, index: int, *, order: Sequence[str],
-                 blanks: Mapping[str, Clip], windows: Mapping[str, int], normalizer: Normalizer | None) -> None:
+                 blanks: Mapping[str, EpisodeClip], windows: Mapping[str, int],
+                 normalizer: Normalizer | None) -> None:
         m = canon.members[index]
         self.rename = dict(m.rename)
         self.rename.update({f"{k}{_PAD}": f"{v}{_PAD}" for k, v in m.rename.items()})
@@ -52,9 +53,9 @@ class MemberSamples:
         self.normalizer = normalizer
         self.dim_masks = {k: np.arange(n) >= m.pad.get(k, n) for k, n in canon.sizes.items()}
         self.missing = {c: np.array(c in m.missing) for c in canon.missing_cameras}
-        self._copies: dict[tuple[str, int, str, int], Clip] = {}  # pooled clip (own key) -> its renamed copy
+        self._copies: dict[tuple[str, int, str, int], EpisodeClip] = {}  # pooled clip (own key) -> renamed copy
 
-    def _renamed(self, clip: Clip, *, last: bool = False) -> Clip:
+    def _renamed(self, clip: EpisodeClip, *, last: bool = False) -> EpisodeClip:
         """``clip`` under its canonical camera: one copy per clip while its episode is pooled (the bytes shared),
         dropped with ``last`` (the episode left the pool)."""
         camera = self.rename.get(clip.camera, clip.camera)
