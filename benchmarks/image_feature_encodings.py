@@ -54,15 +54,15 @@ def encode_images(frames: list[np.ndarray], fmt: str) -> list[bytes]:
 
 def hevc_clip(frames: list[np.ndarray], fps: int) -> bytes:
     from roboreel.compile.settings import CompileSettings
-    from roboreel.compile.transcode import encode_clip
+    from roboreel.compile.video._transcode import encode_clip
 
     src = (av.VideoFrame.from_ndarray(a, format="rgb24") for a in frames)
     return encode_clip(src, length=len(frames), fps=fps, settings=CompileSettings(), where="bench", episode=0).data
 
 
 def rung_clip(frames: list[np.ndarray], fps: int, pix_fmt: str, crf: int | None) -> bytes:
-    from roboreel.compile.imageclips import _encode
     from roboreel.compile.settings import CompileSettings
+    from roboreel.compile.video._imageclips import _encode
 
     h, w = frames[0].shape[:2]
     return _encode(frames, frames.__getitem__, fps=fps, settings=CompileSettings(), pix_fmt=pix_fmt, crf=crf,
@@ -70,8 +70,8 @@ def rung_clip(frames: list[np.ndarray], fps: int, pix_fmt: str, crf: int | None)
 
 
 def ladder_clip(frames: list[np.ndarray], fps: int) -> tuple[bytes, str]:
-    from roboreel.compile.imageclips import encode_image_clip
     from roboreel.compile.settings import CompileSettings
+    from roboreel.compile.video._imageclips import encode_image_clip
 
     clip = encode_image_clip(encode_images(frames, "PNG"), key="bench", fps=fps, settings=CompileSettings(),
                              where="bench", episode=0)

@@ -22,10 +22,10 @@ from support.settings import FAST
 from torchcodec.decoders import VideoDecoder
 
 from roboreel.compile import CompileSettings, compile_dataset, finalize
-from roboreel.compile.decode import SourceVideo
 from roboreel.compile.report import CompileReport
-from roboreel.compile.rowgroups import episode_row_groups
-from roboreel.compile.transcode import psnr, transcode_span
+from roboreel.compile.source._decode import SourceVideo
+from roboreel.compile.tables._rowgroups import episode_row_groups
+from roboreel.compile.video._transcode import psnr, transcode_span
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import load_manifest

@@ -1,4 +1,4 @@
-"""The fidelity floor GOP by GOP (compile/segments.py): a clip whose frames all hold the floor is the very clip a
+"""The fidelity floor GOP by GOP (compile/video/_segments.py): a clip whose frames all hold the floor is the very clip a
 plain encode makes; a hard GOP is re-encoded alone at a lower CRF while the GOPs before it keep their packets
 byte for byte; every frame of the result, decoded independently (torchcodec, from the mp4), holds the floor;
 where the GOP-by-GOP encode cannot go on, the whole clip is re-encoded as before, and compiles stay byte-identical
@@ -18,9 +18,9 @@ import torch
 from torchcodec.decoders import VideoDecoder
 
 from roboreel.compile import CompileSettings
-from roboreel.compile.floorcheck import psnr
-from roboreel.compile.segments import SegmentsUnavailable, encode_segmented, parameter_sets
-from roboreel.compile.transcode import _MUX_OPTIONS, encode_clip, encoder_input
+from roboreel.compile.video._floorcheck import psnr
+from roboreel.compile.video._segments import SegmentsUnavailable, encode_segmented, parameter_sets
+from roboreel.compile.video._transcode import _MUX_OPTIONS, encode_clip, encoder_input
 
 GOP, H, W, FPS = 8, 64, 96, 10
 HARD = 3  # the GOP whose frames are hard to code

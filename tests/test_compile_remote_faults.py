@@ -22,7 +22,7 @@ from support.settings import FAST
 
 from roboreel.cli import main
 from roboreel.compile import compile_dataset
-from roboreel.compile.decode import SourceVideo
+from roboreel.compile.source._decode import SourceVideo
 from roboreel.formats.errors import SourceError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import MANIFEST_NAME
@@ -58,7 +58,7 @@ def test_faults_on_every_remote_file_are_retried_and_change_nothing(small_source
 
 def test_retries_in_spawned_workers_are_logged_by_the_parent_like_its_own(small_source, small_compiled, tmp_path,
                                                                          caplog):
-    """A worker process sends its log records to the parent (compile/worklog.py): a read retried in a spawned
+    """A worker process sends its log records to the parent (compile/jobs/_worklog.py): a read retried in a spawned
     worker is logged at INFO by formats.transient through the parent's handlers (here caplog), as one retried in
     the parent is. 80% of requests fail (no backoff, a budget that cannot run out), so every process retries."""
     caplog.set_level(logging.INFO, logger="roboreel.formats.transient")

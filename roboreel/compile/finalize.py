@@ -24,17 +24,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from roboreel._version import __version__
-from roboreel.compile.imageclips import RGB8_CLIP_FORMATS, clip_keys
-from roboreel.compile.outdir import LOCK_NAME, SNAPSHOT_DIR, read_lock, snapshot_source
-from roboreel.compile.outlock import FINALIZE_LOCK, out_lock
-from roboreel.compile.pack import atomic_write, remove_stale_temps
+from roboreel.compile.jobs._shardjob import entry_from_dict, shard_done
+from roboreel.compile.out._locks import FINALIZE_LOCK, out_lock
+from roboreel.compile.out._pack import atomic_write, remove_stale_temps
+from roboreel.compile.out._record import LOCK_NAME, SNAPSHOT_DIR, read_lock, snapshot_source
+from roboreel.compile.out._update import UPDATE_NAME, generation, index_dir, remove_unused
 from roboreel.compile.plan import camera_hw
-from roboreel.compile.resample import frame_step, kept_length
-from roboreel.compile.resize import transform_record
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.shardjob import entry_from_dict, shard_done
-from roboreel.compile.stats import dataset_stats, episode_columns
-from roboreel.compile.update import UPDATE_NAME, generation, index_dir, remove_unused
+from roboreel.compile.source._resample import frame_step, kept_length
+from roboreel.compile.tables._stats import dataset_stats, episode_columns
+from roboreel.compile.video._imageclips import RGB8_CLIP_FORMATS, clip_keys
+from roboreel.compile.video._resize import transform_record
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.depth import DEPTH_CHANNELS, is_depth
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
@@ -68,7 +68,7 @@ class _Cameras:
         self.seen: dict[str, dict[str, set]] = {c: {"size": set(), "codec": set(), "gop": set(), "bframes": set(),
                                                     "pix_fmt": set()}
                                                 for c in cams}
-        self.stats: dict[int, dict[str, Any]] = {}  # episode -> its stats, when the compile transformed (stats.py)
+        self.stats: dict[int, dict[str, Any]] = {}  # episode -> its stats, when the compile transformed (tables/_stats.py)
         self.tars: list[str] = []  # the shard tars, in shard order
 
     def add(self, side: dict[str, Any]) -> None:
@@ -88,7 +88,7 @@ class _Cameras:
             seen = self.seen[cam]
             if len(seen["size"]) != 1:
                 raise CompiledFormatError(f"camera {cam!r} clips have several sizes {sorted(seen['size'])}")
-            # an image feature's clips may differ in chroma format by episode (imageclips.py's ladder): all 8-bit RGB
+            # an image feature's clips may differ in chroma format by episode (video/_imageclips.py's ladder): all 8-bit RGB
             if len(seen["pix_fmt"]) != 1 and not seen["pix_fmt"] <= RGB8_CLIP_FORMATS:
                 raise CompiledFormatError(f"camera {cam!r} clips have several pixel formats {sorted(seen['pix_fmt'])}")
             (h, w), gops, bfs = next(iter(seen["size"])), seen["gop"], seen["bframes"]
@@ -181,7 +181,7 @@ def _episodes_table(snapshot, lock: dict, ids: np.ndarray, shard_of: np.ndarray,
                     fps: int, step: int = 1, stats: dict[int, dict[str, Any]] | None = None,
                     keep: frozenset[str] = frozenset()) -> pa.Table:
     """meta/episodes for the compiled layout; with ``step`` > 1 lengths and indices on the new grid
-    (resample.py), with ``stats`` its ``stats/`` columns replaced by the recomputed ones (stats.py), except
+    (source/_resample.py), with ``stats`` its ``stats/`` columns replaced by the recomputed ones (tables/_stats.py), except
     those of the features in ``keep`` that the source has."""
     tables = [read_parquet(snapshot.fs, snapshot.path(rel), rel) for rel in snapshot.episode_files()]
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
@@ -230,7 +230,7 @@ WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, 
 def finalize(out: str) -> Manifest:
     """Write meta/ and the manifest of a compile whose shards all exist (see module doc).
 
-    One finalize at a time (outlock.py): the ``--part`` jobs that finish last together all finalize, and each
+    One finalize at a time (out/_locks.py): the ``--part`` jobs that finish last together all finalize, and each
     removes the temps a killed finalize left, which would include the other's unfinished writes. Whoever waits
     then rewrites the same bytes."""
     out = os.fspath(out)
@@ -316,7 +316,7 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         cameras=specs,
         tasks=tasks,
         source={**lock["source"], "codebase_version": info.raw.get("codebase_version"),
-                "generation": generation(lock)},  # + 1 per update (update.py): a reader names the change
+                "generation": generation(lock)},  # + 1 per update (out/_update.py): a reader names the change
         settings={**settings.to_dict(), **transform_record(settings, info, specs, {c: camera_hw(info.features[c]) for c in cams}), "container": "mp4", "x265_params": {
             c.key: settings.x265_params(height=c.height, width=c.width) for c in specs if c.gop is not None}},
         created_by=f"roboreel {__version__}",

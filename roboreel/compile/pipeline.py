@@ -4,7 +4,7 @@ Order of events, each step crash-safe:
 1. check the source's metadata and data schemas (nothing written yet: bad metadata leaves OUT untouched);
 2. write OUT's lock (source fingerprint, settings, plan) and a meta snapshot, or verify they match (resume);
 3. for every shard of this part that has no complete sidecar yet, make each (episode, camera) clip not made by
-   an earlier run, ``workers`` at a time (schedule.py; spawned processes: no fork of a parent holding
+   an earlier run, ``workers`` at a time (jobs/_schedule.py; spawned processes: no fork of a parent holding
    fsspec/FFmpeg threads), and pack the shard once its clips exist;
 4. finalize (meta/ + roboreel.json) when every shard of the dataset exists.
 
@@ -25,12 +25,13 @@ import shutil
 import time
 from typing import Any
 
-from roboreel.compile.clips import clip_done, remove_clips, remove_clips_dir, sweep_clip_temps
 from roboreel.compile.finalize import WRITE_ERRNOS
 from roboreel.compile.finalize import finalize as finalize_out
-from roboreel.compile.fingerprint import episode_fingerprints
-from roboreel.compile.imageclips import clip_keys, kept_images
-from roboreel.compile.outdir import (
+from roboreel.compile.jobs._clips import clip_done, remove_clips, remove_clips_dir, sweep_clip_temps
+from roboreel.compile.jobs._schedule import run_inline, run_pool
+from roboreel.compile.jobs._shardjob import ShardJob, forget_sources, shard_done, sweep_temps
+from roboreel.compile.out._locks import run_lock
+from roboreel.compile.out._record import (
     check_source_files,
     finished_changed,
     is_compile_dir,
@@ -40,7 +41,14 @@ from roboreel.compile.outdir import (
     read_lock,
     write_snapshot,
 )
-from roboreel.compile.outlock import run_lock
+from roboreel.compile.out._update import (
+    begin_update,
+    generation,
+    plan_update,
+    read_state,
+    reuse_for,
+    transition_lock,
+)
 from roboreel.compile.plan import (
     camera_hw,
     check_encodable,
@@ -51,19 +59,11 @@ from roboreel.compile.plan import (
     plan_shards,
 )
 from roboreel.compile.report import CompileReport, make_report
-from roboreel.compile.resample import frame_step, kept_length
-from roboreel.compile.schedule import run_inline, run_pool
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.shardjob import ShardJob, forget_sources, shard_done, sweep_temps
-from roboreel.compile.sourcefiles import episode_files, source_files
-from roboreel.compile.update import (
-    begin_update,
-    generation,
-    plan_update,
-    read_state,
-    reuse_for,
-    transition_lock,
-)
+from roboreel.compile.source._files import episode_files, source_files
+from roboreel.compile.source._fingerprint import episode_fingerprints
+from roboreel.compile.source._resample import frame_step, kept_length
+from roboreel.compile.video._imageclips import clip_keys, kept_images
 from roboreel.formats.errors import RoboreelError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, Retry, http_defaults, is_local
@@ -73,7 +73,7 @@ log = logging.getLogger(__name__)
 # AV1 decoder threads per clip job. Measured (docs/format.md, "Work unit and parallelism"): libdav1d costs the
 # least CPU per frame with 1 thread (640x480: 1.47 ms vs 1.53-1.62 with 2 and 1.54-1.66 auto), against ~31 ms
 # per frame for single-threaded x265 veryfast: decode is ~5% of a clip's work and already runs beside the
-# encoder (overlap.py); more decoder threads only take CPU from the other workers' encoders.
+# encoder (source/_overlap.py); more decoder threads only take CPU from the other workers' encoders.
 DECODE_THREADS = 1
 
 
@@ -172,7 +172,7 @@ def compile_dataset(
 
     def earlier_state() -> dict | None:
         """OUT's lock when it holds an earlier state of this source (grown, shrunk, or a file a finished shard
-        read changed): update.py; None for a fresh OUT, a resume or --overwrite."""
+        read changed): out/_update.py; None for a fresh OUT, a resume or --overwrite."""
         old = read_lock(out) if existed and not overwrite else None
         changed = old is not None and (lock_mismatch(old, lock) or finished_changed(out, old, lock, shard_files))
         return old if changed else None

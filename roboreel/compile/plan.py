@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from roboreel.compile.resample import check_transform, frame_step
 from roboreel.compile.settings import CompileSettings, x265_size_params
+from roboreel.compile.source._resample import check_transform, frame_step
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.columns import declared_type_problem, undeclared_columns
 from roboreel.formats.errors import SourceError
@@ -100,7 +100,7 @@ def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
             problem = declared_type_problem(info.features[key], schema.field(key).type)
             if problem:
                 raise SourceError(f"column {key!r} {problem}", file=rel, episode=ep)
-        for key in image_keys(info.features):  # rows without bytes are found when packing (shardjob.py)
+        for key in image_keys(info.features):  # rows without bytes are found when packing (jobs/_shardjob.py)
             problem = image_problem(pa.array([], type=schema.field(key).type))
             if problem:
                 raise SourceError(f"image feature {key!r} {problem}", file=rel, episode=ep)

@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from roboreel.compile.shardjob import shard_done
+from roboreel.compile.jobs._shardjob import shard_done
 
 _NUMBER = re.compile(r"\b\d+\b")
 
@@ -62,7 +62,7 @@ class CompileReport:
     images_kept: dict[str, str] = field(default_factory=dict)  # image features --images clips left encoded: why
     frames_out: int | None = None  # frames written, when --fps kept fewer than ``frames`` (source frames)
     fps_out: int | None = None
-    generation: int = 1  # OUT's compile generation: 1, then + 1 per update (compile/update.py)
+    generation: int = 1  # OUT's compile generation: 1, then + 1 per update (compile/out/_update.py)
     episodes_reused: int = 0  # episodes of this part taken as compiled from OUT's previous generation
     episodes_compiled: int = 0  # episodes of this part whose clips this run made (encoded or stream-copied)
     clips_previous: int = 0  # clips copied from OUT's previous generation (no decode, no encode)
@@ -138,7 +138,7 @@ def make_report(out: str, plan: list[list[int]], mine: list[int], compiled: int,
     reused = {e for side in sides if side is not None for e in side.get("reused", [])}
     values: list[float] = []
     per_cam: dict[str, list[float]] = {}
-    floor_min: list[float] = []  # each re-encoded clip's lowest PSNR over every frame checked (transcode.py)
+    floor_min: list[float] = []  # each re-encoded clip's lowest PSNR over every frame checked (video/_transcode.py)
     encoded = remuxed = lossless = previous = unsampled = 0
     whys: list[str] = []
     for side in sides:

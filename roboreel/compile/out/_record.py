@@ -14,11 +14,11 @@ import os
 import shutil
 from typing import Any
 
-from roboreel.compile.outlock import ensure_idle
-from roboreel.compile.pack import TMP_SUFFIX, atomic_write
+from roboreel.compile.jobs._shardjob import PARTS_DIR, sidecar_path
+from roboreel.compile.out._locks import ensure_idle
+from roboreel.compile.out._pack import TMP_SUFFIX, atomic_write
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.shardjob import PARTS_DIR, sidecar_path
-from roboreel.compile.sourcefiles import changed_files
+from roboreel.compile.source._files import changed_files
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import CompiledFormatError, SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
@@ -32,7 +32,7 @@ SNAPSHOT_DIR = f"{PARTS_DIR}/source"
 
 def make_lock(*, url: str, fingerprint: str, settings: CompileSettings, chunks_size: int,
               shards: list[list[int]], files: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``files``: content checksums of the source's data and video files (compile/sourcefiles.py); they go on
+    """``files``: content checksums of the source's data and video files (compile/source/_files.py); they go on
     into the manifest's ``source.files``."""
     return {
         "format": LOCK_FORMAT,
@@ -87,7 +87,7 @@ def finished_changed(out: str, old: dict[str, Any] | None, lock: dict[str, Any],
                      shard_files: list[set[str]]) -> list[tuple[str, str, int]]:
     """(file, what changed, shard) for each source file that changed (content, even at the same size) since a
     finished shard of OUT was compiled from it. Such a shard must not be kept as it is: the run becomes an update
-    (compile/update.py), which recompiles what the file holds."""
+    (compile/out/_update.py), which recompiles what the file holds."""
     if old is None or "files" not in old["source"] or "files" not in lock["source"]:
         return []  # a fresh OUT, or a lock from before content checksums
     found = []
@@ -181,7 +181,7 @@ def write_snapshot(out: str, source: LeRobotSource) -> None:
             data = f.read()
         if _read_bytes(dest) != data:
             atomic_write(dest, data)
-    # an update (compile/update.py) from a source whose meta/ had other files: none of them may stay
+    # an update (compile/out/_update.py) from a source whose meta/ had other files: none of them may stay
     root = os.path.join(out, SNAPSHOT_DIR)
     for d, _, names in os.walk(root):
         for name in names:

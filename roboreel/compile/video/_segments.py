@@ -29,7 +29,9 @@ from fractions import Fraction
 import av
 import numpy as np
 
-from roboreel.compile.floorcheck import (
+from roboreel.compile.settings import CompileSettings
+from roboreel.compile.tables._stats import downsample
+from roboreel.compile.video._floorcheck import (
     ColourNotCarried,
     InFlightCheck,
     colour_mismatch,
@@ -37,9 +39,7 @@ from roboreel.compile.floorcheck import (
     next_crf,
     x265_refusal,
 )
-from roboreel.compile.settings import CompileSettings
-from roboreel.compile.stats import downsample
-from roboreel.compile.sws import ColourTags
+from roboreel.compile.video._sws import ColourTags
 from roboreel.formats.errors import RoboreelError
 
 _PARAMETER_SETS = (32, 33, 34)  # HEVC NAL unit types VPS, SPS, PPS
@@ -215,7 +215,7 @@ def encode_segmented(
     mux_options: dict[str, str],
 ) -> Segmented:
     """Encode exactly ``length`` frames under the floor GOP by GOP. ``to_input`` makes a source frame the
-    encoder's input (transcode.py's ``encoder_input``), ``mux_options`` are the mp4 muxer's (transcode.py's);
+    encoder's input (_transcode.py's ``encoder_input``), ``mux_options`` are the mp4 muxer's (_transcode.py's);
     raises SegmentsUnavailable where the caller must re-encode the whole clip."""
     for_stats = set(stats_frames)
     rgb: list[np.ndarray] = []

@@ -4,7 +4,7 @@ A clip is written under ``OUT/.roboreel-parts/clips/shard-<S>/`` as ``<episode>.
 ``<episode>.<camera>.json`` naming its size, sha256, what the episode record and sidecar say about it, and the
 source video file it was made from (size and content hash from the OUT lock). The json is the commit mark: a clip
 is reused by a rerun only when its json exists, the mp4 matches it, and the source file is still the one the
-lock records. Clips of a shard are deleted once the shard's tar is packed (shardjob.py), so a finished compile
+lock records. Clips of a shard are deleted once the shard's tar is packed (_shardjob.py), so a finished compile
 holds no copies.
 
 Clip bytes do not depend on which process encodes them or in which order (single-threaded x265, frame-exact
@@ -23,17 +23,17 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-from roboreel.compile.copypolicy import REMUX_CODECS
-from roboreel.compile.decode import SourceVideo
-from roboreel.compile.depth import transcode_depth
-from roboreel.compile.imageclips import encode_image_clip
-from roboreel.compile.pack import atomic_write
+from roboreel.compile.out._pack import atomic_write
 from roboreel.compile.plan import camera_hw
-from roboreel.compile.resample import frame_step
-from roboreel.compile.resize import FILTER
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.stats import image_stats
-from roboreel.compile.transcode import Clip, transcode_span
+from roboreel.compile.source._decode import SourceVideo
+from roboreel.compile.source._resample import frame_step
+from roboreel.compile.tables._stats import image_stats
+from roboreel.compile.video._copypolicy import REMUX_CODECS
+from roboreel.compile.video._depth import transcode_depth
+from roboreel.compile.video._imageclips import encode_image_clip
+from roboreel.compile.video._resize import FILTER
+from roboreel.compile.video._transcode import Clip, transcode_span
 from roboreel.formats.atomic import TMP_SUFFIX
 from roboreel.formats.depth import is_depth
 from roboreel.formats.lerobot_v3 import LeRobotSource
@@ -133,7 +133,7 @@ def clip_done(out: str, shard: int, episode: int, camera: str, source_file: dict
 
 
 def read_reused(out: str, where: dict[str, Any]) -> bytes | None:
-    """A clip of OUT's previous compile generation, from its old tar (compile/update.py), or None when its bytes
+    """A clip of OUT's previous compile generation, from its old tar (compile/out/_update.py), or None when its bytes
     are not there intact (then it is made again)."""
     try:
         with open(os.path.join(out, where["tar"]), "rb") as f:
@@ -183,7 +183,7 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
     files; returns (clip bytes, its json). ``on_frames(n)``: progress, n more frames encoded."""
     source = worker_source(job.src, job.storage_options, retry=job.retry)
     ep = source.episode(job.episode)
-    if source.info.features[job.camera].get("dtype") == IMAGE_DTYPE:  # --images clips (imageclips.py)
+    if source.info.features[job.camera].get("dtype") == IMAGE_DTYPE:  # --images clips (video/_imageclips.py)
         rows = source.episode_rows(ep)
         check_image_columns(rows, [job.camera], file=ep.data_path, episode=ep.index)
         ticks = _Ticker(on_frames)
@@ -199,7 +199,7 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
     depth = is_depth(feature)
     size = settings.camera_size(job.camera, camera_hw(feature)) if settings.resizes(job.camera) else None
     try:
-        if depth:  # depth never takes the RGB path: its codes are carried exactly (depth.py)
+        if depth:  # depth never takes the RGB path: its codes are carried exactly (video/_depth.py)
             clip = transcode_depth(video, from_s=span.from_timestamp, length=ep.length, settings=settings,
                                    episode=ep.index, where=span.path, progress=ticks.add, size=size, step=step,
                                    feature=feature if settings.transforms else None)
@@ -224,9 +224,9 @@ def _write_clip(job: ClipJob, clip: Clip, episode: int, *, depth: bool = False) 
                  "psnr_min": None if clip.psnr_min == float("inf") else round(clip.psnr_min, 4),
                  "psnr_checked": clip.psnr_checked},
     }
-    if clip.crf_segments:  # the floor lowered the CRF from a GOP on (compile/segments.py)
+    if clip.crf_segments:  # the floor lowered the CRF from a GOP on (compile/video/_segments.py)
         doc["info"]["crf_segments"] = clip.crf_segments
-    if clip.stats_rgb is not None:  # a transforming compile: the camera's episode stats (stats.py)
+    if clip.stats_rgb is not None:  # a transforming compile: the camera's episode stats (tables/_stats.py)
         doc["stats"] = {k: v.tolist() for k, v in image_stats(clip.stats_rgb, depth=depth).items()}
     mp4, meta = clip_paths(job.shard, job.episode, job.camera)
     atomic_write(os.path.join(job.out, mp4), clip.data)

@@ -30,10 +30,10 @@ from fractions import Fraction
 import av
 import numpy as np
 
-from roboreel.compile.clipproof import check_clip_timing
 from roboreel.compile.settings import CompileSettings, x265_size_params
-from roboreel.compile.sws import reformat, to_rgb24
-from roboreel.compile.transcode import _MUX_OPTIONS, Clip, next_crf, psnr, sample_indices
+from roboreel.compile.video._clipproof import check_clip_timing
+from roboreel.compile.video._sws import reformat, to_rgb24
+from roboreel.compile.video._transcode import _MUX_OPTIONS, Clip, next_crf, psnr, sample_indices
 from roboreel.formats.depth import is_depth
 from roboreel.formats.errors import RoboreelError, SourceError
 from roboreel.formats.images import ImageDecodeError, rgb_pixels

@@ -28,15 +28,15 @@ from itertools import islice
 import av
 import numpy as np
 
-from roboreel.compile.clipproof import decode_clip
-from roboreel.compile.copypolicy import gop_refusal, grid_refusal
-from roboreel.compile.decode import SourceVideo, SpanPackets
-from roboreel.compile.overlap import read_ahead
-from roboreel.compile.resample import kept_length
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.stats import downsample
-from roboreel.compile.stats import sample_indices as stats_sample_indices
-from roboreel.compile.transcode import _MUX_OPTIONS, Clip, remux_clip
+from roboreel.compile.source._decode import SourceVideo, SpanPackets
+from roboreel.compile.source._overlap import read_ahead
+from roboreel.compile.source._resample import kept_length
+from roboreel.compile.tables._stats import downsample
+from roboreel.compile.tables._stats import sample_indices as stats_sample_indices
+from roboreel.compile.video._clipproof import decode_clip
+from roboreel.compile.video._copypolicy import gop_refusal, grid_refusal
+from roboreel.compile.video._transcode import _MUX_OPTIONS, Clip, remux_clip
 from roboreel.formats.depth import DEPTH_PIX_FMT, recorded_values
 from roboreel.formats.errors import RoboreelError
 

@@ -1,4 +1,4 @@
-"""Pack one shard: its episodes' clips (made by clip jobs, clips.py, or here when missing) and rows -> tar, data
+"""Pack one shard: its episodes' clips (made by clip jobs, _clips.py, or here when missing) and rows -> tar, data
 parquet, then a sidecar json marking it done.
 
 Runs in a worker process (or inline). Files appear under their final names only when complete, in the order
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from roboreel.compile.clips import (
+from roboreel.compile.jobs._clips import (
     PARTS_DIR,
     ClipJob,
     clip_done,
@@ -28,13 +28,13 @@ from roboreel.compile.clips import (
     remove_clips,
     worker_source,
 )
-from roboreel.compile.imageclips import clip_keys
-from roboreel.compile.pack import ShardWriter, atomic_write, remove_stale_temps
-from roboreel.compile.resample import frame_step, resample_episodes, resample_rows
-from roboreel.compile.rowgroups import write_episode_rows
+from roboreel.compile.out._pack import ShardWriter, atomic_write, remove_stale_temps
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.stats import rows_stats
-from roboreel.compile.stats import to_json as stats_json
+from roboreel.compile.source._resample import frame_step, resample_episodes, resample_rows
+from roboreel.compile.tables._rowgroups import write_episode_rows
+from roboreel.compile.tables._stats import rows_stats
+from roboreel.compile.tables._stats import to_json as stats_json
+from roboreel.compile.video._imageclips import clip_keys
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.manifest import EpisodeEntry, MemberInfo
@@ -70,8 +70,8 @@ class ShardJob:
     files: dict[str, dict[str, Any]]  # the lock's {"size", "hash"} of the shard's source video files
     decode_threads: int = 1
     retry: Retry | None = None  # transient faults of remote source reads retried (LeRobotSource)
-    generation: int = 1  # OUT's compile generation (update.py): names the tar, marks the sidecar
-    fingerprints: dict[int, dict[str, Any]] = field(default_factory=dict)  # episode -> fingerprint.py's
+    generation: int = 1  # OUT's compile generation (out/_update.py): names the tar, marks the sidecar
+    fingerprints: dict[int, dict[str, Any]] = field(default_factory=dict)  # episode -> source/_fingerprint.py's
     reuse: dict[str, dict[str, Any]] = field(default_factory=dict)  # clip fingerprint -> its bytes in an old tar
 
     def clip_job(self, source: LeRobotSource, episode: int, camera: str) -> ClipJob:
@@ -84,7 +84,7 @@ class ShardJob:
 
 def tar_path(shard: int, generation: int = 1) -> str:
     """A shard's tar: ``shards/shard-000042.tar`` in a first compile, ``shards/shard-000042.g000003.tar`` when
-    an update (update.py) makes generation 3, so it never overwrites a tar the published manifest names."""
+    an update (out/_update.py) makes generation 3, so it never overwrites a tar the published manifest names."""
     base = shard_path(shard)
     return base if generation == 1 else f"{base[:-len('.tar')]}.g{generation:06d}.tar"
 
@@ -152,7 +152,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
             record, clips_info[str(ep.index)], all_reused = _episode_record(source, ep, rows, job, cams, on_frames)
             if all_reused:
                 reused.append(ep.index)
-            if job.settings.transforms:  # stats of what was kept (stats.py): rows here, cameras from the clips
+            if job.settings.transforms:  # stats of what was kept (tables/_stats.py): rows here, cameras from the clips
                 stats[str(ep.index)] = {**stats_json(rows_stats(rows, source.info.features, source.fps // step)),
                                         **{cam: c.pop("stats") for cam, c in clips_info[str(ep.index)].items()}}
             members = writer.add(record)
@@ -174,7 +174,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
         "clips": clips_info,
         **({"stats": stats} if job.settings.transforms else {}),
         "fingerprints": {str(e): job.fingerprints[e] for e in job.episodes if e in job.fingerprints},
-        "reused": reused,  # episodes whose clips all came from OUT's previous generation (update.py)
+        "reused": reused,  # episodes whose clips all came from OUT's previous generation (out/_update.py)
     }
     atomic_write(os.path.join(job.out, side_rel), (json.dumps(side, indent=1) + "\n").encode())
     remove_clips(job.out, job.shard)
@@ -184,7 +184,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
 
 def _clip(source: LeRobotSource, job: ShardJob, episode: int, camera: str,
           on_frames: Callable[[int], None] | None) -> tuple[bytes, dict[str, Any], bool]:
-    """A clip's bytes, json and whether it was reused: the same clip of OUT's previous generation (update.py),
+    """A clip's bytes, json and whether it was reused: the same clip of OUT's previous generation (out/_update.py),
     else the finished clip file when there is a sound one, else made now."""
     fp = (job.fingerprints.get(episode) or {}).get("clips", {}).get(camera)
     where = job.reuse.get(fp) if fp else None

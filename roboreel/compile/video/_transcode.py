@@ -6,10 +6,10 @@ Two paths:
   The clip carries the source's colour tags (range, matrix, primaries, transfer: sws.ColourTags) in its VUI,
   its samples unconverted, so a reader's decode turns it into the RGB LeRobot's decode makes of the source.
 - remux: an HEVC/H.264 yuv420p source span that starts on a keyframe, is closed in decode order and has no
-  keyframe interval over ``remux_max_gop`` (copypolicy.py) is stream-copied with timestamps rebased to 0, then
+  keyframe interval over ``remux_max_gop`` (_copypolicy.py) is stream-copied with timestamps rebased to 0, then
   proven pixel-identical to the source decode (else re-encoded).
 
-A resized (``size``, compile/resize.py) or resampled (``step``, compile/resample.py) span is always encoded.
+A resized (``size``, compile/video/_resize.py) or resampled (``step``, compile/source/_resample.py) span is always encoded.
 
 Every clip is decoded once after writing: it must hold exactly ``length`` frames at pts k/fps, in order.
 PSNR is measured in RGB, what a sample holds: the clip's frame converted to rgb24 against the encoder's input
@@ -21,9 +21,9 @@ frames, against LeRobotDataset's, went down to 36.9 dB.) For an 8-bit 4:2:0 sour
 LeRobot returns; for 10/12-bit or 4:4:4 sources the conversion to 8-bit 4:2:0 stays outside the floor: FFmpeg
 builds convert those differently (PyAV's and torchcodec's rgb24 of one 10-bit frame differ by 43.8 dB with no
 codec at all). A frame under ``min_psnr`` (40 dB) re-encodes the clip from that frame's GOP on at a lower CRF
-(segments.py: the GOPs before keep their packets), down to CRF - 12, then the whole clip with x265 ``lossless=1``:
+(_segments.py: the GOPs before keep their packets), down to CRF - 12, then the whole clip with x265 ``lossless=1``:
 every frame equal to its input, so content no CRF holds costs bytes, not a failed compile (``encode_with_floor``).
-Depth cameras never come here (depth.py).
+Depth cameras never come here (_depth.py).
 """
 
 from __future__ import annotations
@@ -39,10 +39,15 @@ from typing import Literal
 import av
 import numpy as np
 
-from roboreel.compile.clipproof import check_clip_timing, decode_clip, frame_digest
-from roboreel.compile.copypolicy import codec_refusal, gop_refusal, grid_refusal
-from roboreel.compile.decode import SourceVideo, SpanPackets
-from roboreel.compile.floorcheck import (  # noqa: F401  (re-exported)
+from roboreel.compile.settings import CompileSettings
+from roboreel.compile.source._decode import SourceVideo, SpanPackets
+from roboreel.compile.source._overlap import read_ahead
+from roboreel.compile.source._resample import kept_length
+from roboreel.compile.tables._stats import downsample
+from roboreel.compile.tables._stats import sample_indices as stats_sample_indices
+from roboreel.compile.video._clipproof import check_clip_timing, decode_clip, frame_digest
+from roboreel.compile.video._copypolicy import codec_refusal, gop_refusal, grid_refusal
+from roboreel.compile.video._floorcheck import (  # noqa: F401  (re-exported)
     CRF_RANGE,
     BelowFloor,
     ColourNotCarried,
@@ -54,14 +59,9 @@ from roboreel.compile.floorcheck import (  # noqa: F401  (re-exported)
     unheld_colour,
     x265_refusal,
 )
-from roboreel.compile.overlap import read_ahead
-from roboreel.compile.resample import kept_length
-from roboreel.compile.resize import FILTER, resize_frame
-from roboreel.compile.segments import SegmentsUnavailable, encode_segmented
-from roboreel.compile.settings import CompileSettings
-from roboreel.compile.stats import downsample
-from roboreel.compile.stats import sample_indices as stats_sample_indices
-from roboreel.compile.sws import ColourTags, to_yuv420p
+from roboreel.compile.video._resize import FILTER, resize_frame
+from roboreel.compile.video._segments import SegmentsUnavailable, encode_segmented
+from roboreel.compile.video._sws import ColourTags, to_yuv420p
 from roboreel.formats.errors import RoboreelError, SourceError
 
 _MUX_OPTIONS = {"fflags": "+bitexact"}  # no muxer version string: same bytes from any FFmpeg build that encodes alike
@@ -108,7 +108,7 @@ def sample_indices(length: int, n: int) -> list[int]:
 
 
 def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) -> av.VideoFrame:
-    """What x265 is given for a source frame: resized with ``method`` (resize.py) or only converted to yuv420p,
+    """What x265 is given for a source frame: resized with ``method`` (_resize.py) or only converted to yuv420p,
     either way in the source's own range and matrix, tagged with them (yuvj420p: the same bytes, full range;
     sws.to_yuv420p)."""
     if (frame.height, frame.width) != (height, width):
@@ -129,8 +129,8 @@ def encode_clip(
     ``Clip.psnr`` holds the ``psnr_frames`` evenly spaced frames the compile report averages; ``Clip.psnr_min``
     the lowest PSNR of every frame checked (all of them while ``min_psnr`` is on; ``InFlightCheck``). ``size``:
     (height, width) to
-    resize to with ``method`` (compile/resize.py); ``stats_frames``: frames whose encoder input is kept as
-    downsampled RGB for the camera's stats (compile/stats.py), in ``Clip.stats_rgb``. ``give_up_below``: raise
+    resize to with ``method`` (compile/video/_resize.py); ``stats_frames``: frames whose encoder input is kept as
+    downsampled RGB for the camera's stats (compile/tables/_stats.py), in ``Clip.stats_rgb``. ``give_up_below``: raise
     BelowFloor as soon as a checked frame comes back under it (the floor's try at this CRF has failed: encoding
     the rest of the episode would be wasted)."""
     buf = io.BytesIO()
@@ -233,7 +233,7 @@ def encode_with_floor(
 
     With ``step`` k only source frames 0, k, 2k, ... are kept and the clip runs at ``video.fps / k``.
 
-    With the floor on, the clip is first encoded GOP by GOP (segments.py): a frame under the floor re-encodes
+    With the floor on, the clip is first encoded GOP by GOP (_segments.py): a frame under the floor re-encodes
     from its GOP on, at a lower CRF. Only where that cannot be done (B-frames, x265 writing other parameter sets,
     no CRF left) is the whole clip re-encoded, from the CRF the GOP-by-GOP encode reached."""
     kept = kept_length(length, step)
@@ -307,7 +307,7 @@ def _encode_by_gop(
     where: str, why: str, progress: Callable[[int], None], size: tuple[int, int] | None, method: str, step: int,
     stats: bool,
 ) -> Clip:
-    """The span encoded under the floor GOP by GOP (segments.py); SegmentsUnavailable where it cannot be."""
+    """The span encoded under the floor GOP by GOP (_segments.py); SegmentsUnavailable where it cannot be."""
     fps = video.fps // step
     frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
     try:
@@ -354,7 +354,7 @@ def transcode_span(
         source_digests, rgb = [], []
         for k, f in enumerate(video.frames(from_s, length, episode=episode, packets=packets)):
             source_digests.append(frame_digest(f))
-            if k in want:  # a copied camera of a transforming compile still gets its stats (stats.py)
+            if k in want:  # a copied camera of a transforming compile still gets its stats (tables/_stats.py)
                 rgb.append(downsample(f.to_ndarray(format="rgb24").transpose(2, 0, 1)))
         if not packets.closed:
             why = "the span is not a closed run of packets starting on a keyframe"

@@ -1,6 +1,6 @@
 """Exclusive sections of a compile that several ``--part`` jobs (a SLURM array) may reach at once.
 
-Two places need one writer at a time: an update's transition (update.py) and finalize. Both part jobs of an
+Two places need one writer at a time: an update's transition (_update.py) and finalize. Both part jobs of an
 array that finish together find every shard done, and both finalize; finalize removes temp files under the
 index left by a killed finalize, so without a lock one job removed the temp the other was about to rename.
 
@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
-from roboreel.compile.clips import PARTS_DIR
+from roboreel.compile.jobs._clips import PARTS_DIR
 from roboreel.formats.errors import RoboreelError
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 The protocol (docs/incremental.md), each step crash-safe, every decision a pure function of OUT and the source:
 
 1. ``plan_update``: the old lock and this run's lock differ only in the source (fingerprint, files) and the shard
-   plan, and the two share the source URL or at least one episode fingerprint (fingerprint.py); otherwise the run
+   plan, and the two share the source URL or at least one episode fingerprint (source/_fingerprint.py); otherwise the run
    stops with the old "different source or settings" message.
 2. ``begin_update``: the clips of the previous generation's sidecars are listed with their fingerprints and byte
    spans in the old shard tars (``update.json``, written atomically first: a kill after it and a rerun reads it
@@ -26,11 +26,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from roboreel.compile.clips import PARTS_DIR, remove_clips_dir
-from roboreel.compile.outdir import LOCK_NAME, lock_mismatch, read_lock
-from roboreel.compile.outlock import TRANSITION_LOCK, out_lock
-from roboreel.compile.pack import atomic_write
-from roboreel.compile.shardjob import read_sidecar, sidecar_path
+from roboreel.compile.jobs._clips import PARTS_DIR, remove_clips_dir
+from roboreel.compile.jobs._shardjob import read_sidecar, sidecar_path
+from roboreel.compile.out._locks import TRANSITION_LOCK, out_lock
+from roboreel.compile.out._pack import atomic_write
+from roboreel.compile.out._record import LOCK_NAME, lock_mismatch, read_lock
 from roboreel.formats.index import INDEX_DIR
 from roboreel.formats.shard import SHARD_DIR, clip_member
 
@@ -118,7 +118,7 @@ def transition_lock(out: str) -> Iterator[None]:
     """Held while a run decides on and makes an update's transition (steps 1-2): the ``--part`` jobs of one update
     (a SLURM array) start together, and a second job making the transition again would remove the clips the
     first has started (``remove_clips_dir``). Whoever waits reads OUT's lock again inside, finds the new
-    generation, and resumes (outlock.py)."""
+    generation, and resumes (_locks.py)."""
     with out_lock(out, TRANSITION_LOCK, "update transitions"):
         yield
 
@@ -163,7 +163,7 @@ def remove_unused(out: str, *, keep: set[str], shards: int, chunks_size: int) ->
     """After publication: remove the shard tars and index files ``keep`` (what the published manifest names) does
     not list, data files and sidecars past the plan's ``shards``, and the update's state. Only roboreel's own
     names are touched. A reader still holding an older manifest then fails naming the update (reader/fetch)."""
-    from roboreel.compile.shardjob import data_path
+    from roboreel.compile.jobs._shardjob import data_path
 
     removed = 0
     for top, pattern in ((SHARD_DIR, re.compile(r"shard-\d+(\.g\d+)?\.tar")),

@@ -1,0 +1,1 @@
+"""The OUT folder: its compile record, its file locks, atomic writes and tars, an update's transition."""
