@@ -24,11 +24,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from roboreel._version import __version__
-from roboreel.compile.jobs._shardjob import entry_from_dict, shard_done
-from roboreel.compile.out._locks import FINALIZE_LOCK, out_lock
+from roboreel.compile.out._locks import out_lock
 from roboreel.compile.out._pack import atomic_write, remove_stale_temps
-from roboreel.compile.out._record import LOCK_NAME, SNAPSHOT_DIR, read_lock, snapshot_source
-from roboreel.compile.out._update import UPDATE_NAME, generation, index_dir, remove_unused
+from roboreel.compile.out._parts import entry_from_dict, shard_done
+from roboreel.compile.out._record import read_lock, snapshot_source
+from roboreel.compile.out._update import generation, remove_unused
+from roboreel.compile.out.paths import (
+    DATA_PATH_TEMPLATE,
+    FINALIZE_LOCK,
+    MANIFEST,
+    META_EPISODES,
+    META_INFO,
+    META_STATS,
+    META_TASKS,
+    RECORD,
+    SNAPSHOT_DIR,
+    UPDATE_STATE,
+    VIDEO_PATH_TEMPLATE,
+    index_dir,
+)
 from roboreel.compile.plan import camera_hw
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.source._resample import frame_step, kept_length
@@ -41,7 +55,7 @@ from roboreel.formats.errors import CompiledFormatError, RoboreelError
 from roboreel.formats.index import FileIndex
 from roboreel.formats.index_write import IndexWriter
 from roboreel.formats.lerobot_v3 import read_parquet
-from roboreel.formats.manifest import MANIFEST_NAME, CameraSpec, Manifest, write_manifest
+from roboreel.formats.manifest import CameraSpec, Manifest, write_manifest
 from roboreel.formats.shard import table_to_parquet_bytes
 from roboreel.formats.table_features import IMAGE_DTYPE
 
@@ -245,7 +259,7 @@ def finalize(out: str) -> Manifest:
             # every write here is a temp + rename, so what stands in OUT is whole: the shards, and the index and
             # meta/ files written before the failure; a rerun rewrites the rest
             raise RoboreelError(f"finalize stopped by {type(e).__name__}: {e} (while writing the index, meta/ and "
-                                f"{MANIFEST_NAME}; the shards stay in {out}: rerun the same command to finish)") from e
+                                f"{MANIFEST}; the shards stay in {out}: rerun the same command to finish)") from e
 
 
 def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
@@ -253,8 +267,7 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
     snap = snapshot_source(out)
     info = snap.info
     cams = clip_keys(info.features, settings)  # video features, and image features made clips
-    for rel in (v3.INFO_PATH, v3.TASKS_PATH, v3.STATS_PATH, v3.EPISODES_PATH.format(chunk_index=0, file_index=0),
-                MANIFEST_NAME, LOCK_NAME, UPDATE_NAME):
+    for rel in (META_INFO, META_TASKS, META_STATS, META_EPISODES, MANIFEST, RECORD, UPDATE_STATE):
         # left by a finalize that was killed, or by a run killed while it wrote the lock or an update's state
         # (every shard is done: no run writes either any more)
         remove_stale_temps(os.path.join(out, rel))
@@ -277,8 +290,8 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         "total_tasks": len(tasks),
         "fps": fps,
         "chunks_size": int(lock["chunks_size"]),
-        "data_path": v3.DEFAULT_DATA_PATH,
-        "video_path": v3.DEFAULT_VIDEO_PATH if cams else None,
+        "data_path": DATA_PATH_TEMPLATE,
+        "video_path": VIDEO_PATH_TEMPLATE if cams else None,
         "features": features,
     }
     meta_files: dict[str, str] = {}  # what roboreel.json records of meta/ (validate and the reader check it)
@@ -287,9 +300,9 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         atomic_write(os.path.join(out, rel), data)
         meta_files[rel] = hashlib.sha256(data).hexdigest()
 
-    put(v3.INFO_PATH, (json.dumps(new_info, indent=4) + "\n").encode())
+    put(META_INFO, (json.dumps(new_info, indent=4) + "\n").encode())
     with snap.open(v3.TASKS_PATH) as f:
-        put(v3.TASKS_PATH, f.read())
+        put(META_TASKS, f.read())
     # --resize alone keeps every row as it is: the stats of the tabular features stay the source's (which need
     # not be what the recorder computed: lerobot-edit-dataset's recompute_stats --relative_action rewrites the
     # action's); the cameras' are recomputed from the frames written. --fps keeps other rows: all recomputed.
@@ -299,16 +312,16 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         if step == 1:
             keep = frozenset(k for k in src_stats if k in info.features and k not in cams)
         stats = {**dataset_stats(cameras.stats, info.features), **{k: src_stats[k] for k in keep}}
-        put(v3.STATS_PATH, (json.dumps(dict(sorted(stats.items())), indent=4) + "\n").encode())
+        put(META_STATS, (json.dumps(dict(sorted(stats.items())), indent=4) + "\n").encode())
     elif snap.exists(v3.STATS_PATH):
         with snap.open(v3.STATS_PATH) as f:
-            put(v3.STATS_PATH, f.read())
+            put(META_STATS, f.read())
     else:  # a source that has none (any more): the stats of an earlier compile of OUT must not stay
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(out, v3.STATS_PATH))
+            os.unlink(os.path.join(out, META_STATS))
     episodes = _episodes_table(snap, lock, ids, shard_of, info.camera_keys, fps, step,
                                cameras.stats if settings.transforms else None, keep)
-    put(v3.EPISODES_PATH.format(chunk_index=0, file_index=0), table_to_parquet_bytes(episodes))
+    put(META_EPISODES, table_to_parquet_bytes(episodes))
 
     manifest = Manifest(
         fps=fps,

@@ -27,10 +27,18 @@ from typing import Any
 
 from roboreel.compile.finalize import WRITE_ERRNOS
 from roboreel.compile.finalize import finalize as finalize_out
-from roboreel.compile.jobs._clips import clip_done, remove_clips, remove_clips_dir, sweep_clip_temps
+from roboreel.compile.jobs._clips import forget_sources
 from roboreel.compile.jobs._schedule import run_inline, run_pool
-from roboreel.compile.jobs._shardjob import ShardJob, forget_sources, shard_done, sweep_temps
+from roboreel.compile.jobs._shardjob import ShardJob
 from roboreel.compile.out._locks import run_lock
+from roboreel.compile.out._parts import (
+    clip_done,
+    remove_clips,
+    remove_clips_dir,
+    shard_done,
+    sweep_clip_temps,
+    sweep_temps,
+)
 from roboreel.compile.out._record import (
     check_source_files,
     finished_changed,

@@ -15,13 +15,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from roboreel.compile.out.paths import MANIFEST
 from roboreel.compile.settings import CompileSettings, x265_size_params
 from roboreel.compile.source._resample import check_transform, frame_step
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.columns import declared_type_problem, undeclared_columns
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
-from roboreel.formats.manifest import MANIFEST_NAME
 from roboreel.formats.table_features import image_keys, image_problem
 
 
@@ -44,10 +44,10 @@ def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
     Run before OUT is touched, so bad metadata never leaves anything behind.
     """
     info = source.info  # codebase_version, fps, features
-    if source.exists(MANIFEST_NAME):  # its meta/ reads as v3, but its frames live in shards, not videos/
+    if source.exists(MANIFEST):  # its meta/ reads as v3, but its frames live in shards, not videos/
         raise SourceError("is a roboreel compiled output, not a LeRobot v3 source: it is compiled already (read it "
                           "with roboreel.CompiledDataset; for other settings, compile the source it came from)",
-                          file=MANIFEST_NAME)
+                          file=MANIFEST)
     tasks = set(source.tasks.values())
     eps = source.episodes  # per-row consistency, duplicates
     if not eps:

@@ -13,17 +13,16 @@ decode), so the packed shards are byte-identical for any worker count.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
 from collections import OrderedDict
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 from roboreel.compile.out._pack import atomic_write
+from roboreel.compile.out._parts import clip_done
+from roboreel.compile.out.paths import clip_paths
 from roboreel.compile.plan import camera_hw
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.source._decode import SourceVideo
@@ -34,26 +33,13 @@ from roboreel.compile.video._depth import transcode_depth
 from roboreel.compile.video._imageclips import encode_image_clip
 from roboreel.compile.video._resize import FILTER
 from roboreel.compile.video._transcode import Clip, transcode_span
-from roboreel.formats.atomic import TMP_SUFFIX
 from roboreel.formats.depth import is_depth
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.shard import sha256_hex
 from roboreel.formats.table_features import IMAGE_DTYPE, check_image_columns, image_bytes
 from roboreel.formats.transient import Retry
 
-PARTS_DIR = ".roboreel-parts"  # sidecars, clips and the source meta snapshot, under OUT
-CLIPS_DIR = f"{PARTS_DIR}/clips"
 _MAX_OPEN_VIDEOS = 4  # per process: enough to continue each camera's file of the current episodes
-
-
-def clips_dir(shard: int) -> str:
-    return f"{CLIPS_DIR}/shard-{shard:06d}"
-
-
-def clip_paths(shard: int, episode: int, camera: str) -> tuple[str, str]:
-    """(mp4, json) of a clip, relative to OUT."""
-    base = f"{clips_dir(shard)}/{episode:06d}.{camera}"
-    return f"{base}.mp4", f"{base}.json"
 
 
 @dataclass(frozen=True)
@@ -117,44 +103,6 @@ def _drop_video(source: LeRobotSource, rel: str) -> None:
 
 
 # -- clip files ----------------------------------------------------------------------------------------------
-def clip_done(out: str, shard: int, episode: int, camera: str, source_file: dict[str, Any]) -> dict[str, Any] | None:
-    """The clip's json if a finished clip of this episode and camera exists and was made from the source file
-    the lock records now (same size and hash), else None."""
-    mp4, meta = clip_paths(shard, episode, camera)
-    try:
-        with open(os.path.join(out, meta), "rb") as f:
-            doc = json.loads(f.read())
-        if doc.get("source_file") != source_file:
-            return None
-        size = os.path.getsize(os.path.join(out, mp4))
-    except (OSError, ValueError):
-        return None
-    return doc if size == doc.get("size") else None
-
-
-def read_reused(out: str, where: dict[str, Any]) -> bytes | None:
-    """A clip of OUT's previous compile generation, from its old tar (compile/out/_update.py), or None when its bytes
-    are not there intact (then it is made again)."""
-    try:
-        with open(os.path.join(out, where["tar"]), "rb") as f:
-            f.seek(where["offset"])
-            data = f.read(where["size"])
-    except OSError:
-        return None
-    return data if len(data) == where["size"] and sha256_hex(data) == where["sha256"] else None
-
-
-def read_clip(out: str, shard: int, episode: int, camera: str, doc: dict[str, Any]) -> bytes | None:
-    """A finished clip's bytes, or None if they no longer match its json (then it is made again)."""
-    mp4, _ = clip_paths(shard, episode, camera)
-    try:
-        with open(os.path.join(out, mp4), "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data if len(data) == doc["size"] and sha256_hex(data) == doc["sha256"] else None
-
-
 class _Ticker:
     """Frame progress in batches (a pool worker sends it through a pipe): ``add(1)`` per frame, ``finish``
     reports what is left of the clip (a stream copy has no per-frame step)."""
@@ -240,21 +188,3 @@ def run_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> No
         make_clip(job, on_frames)
 
 
-def sweep_clip_temps(out: str, shard: int) -> int:
-    """Remove temp files a killed clip writer of this shard left; returns how many."""
-    found = glob.glob(os.path.join(glob.escape(os.path.join(out, clips_dir(shard))), f".*{TMP_SUFFIX}"))
-    for path in found:
-        with suppress(FileNotFoundError):
-            os.unlink(path)
-    return len(found)
-
-
-def remove_clips(out: str, shard: int) -> None:
-    """Delete a packed shard's clips. (The shared clips dir is removed only once every shard is done, see
-    ``remove_clips_dir``: removing it here could race a worker of another shard or part creating its dir.)"""
-    shutil.rmtree(os.path.join(out, clips_dir(shard)), ignore_errors=True)
-
-
-def remove_clips_dir(out: str) -> None:
-    """Remove the (empty) clips dir once every shard is packed; clips left by a killed run go with it."""
-    shutil.rmtree(os.path.join(out, CLIPS_DIR), ignore_errors=True)

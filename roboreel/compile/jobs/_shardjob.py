@@ -17,43 +17,23 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from roboreel.compile.jobs._clips import (
-    PARTS_DIR,
-    ClipJob,
-    clip_done,
-    forget_sources,
-    make_clip,
-    read_clip,
-    read_reused,
-    remove_clips,
-    worker_source,
-)
-from roboreel.compile.out._pack import ShardWriter, atomic_write, remove_stale_temps
+from roboreel.compile.jobs._clips import ClipJob, make_clip, worker_source
+from roboreel.compile.out._pack import ShardWriter, atomic_write
+from roboreel.compile.out._parts import clip_done, read_clip, read_reused, remove_clips, sweep_temps
+from roboreel.compile.out.paths import shard_files
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.source._resample import frame_step, resample_episodes, resample_rows
 from roboreel.compile.tables._rowgroups import write_episode_rows
 from roboreel.compile.tables._stats import rows_stats
 from roboreel.compile.tables._stats import to_json as stats_json
 from roboreel.compile.video._imageclips import clip_keys
-from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
-from roboreel.formats.manifest import EpisodeEntry, MemberInfo
-from roboreel.formats.shard import EpisodeRecord, file_sha256, rows_digest, shard_path
+from roboreel.formats.manifest import EpisodeEntry
+from roboreel.formats.shard import EpisodeRecord, rows_digest
 from roboreel.formats.table_features import check_image_columns, image_keys
 from roboreel.formats.transient import Retry
 
-__all__ = ["PARTS_DIR", "ShardJob", "forget_sources", "run_shard", "shard_done", "sweep_temps", "tar_path"]
-
 log = logging.getLogger(__name__)
-
-
-def sidecar_path(shard: int) -> str:
-    return f"{PARTS_DIR}/shard-{shard:06d}.json"
-
-
-def data_path(shard: int, chunks_size: int) -> str:
-    """The shard's data parquet, in LeRobot's layout: chunk = shard // chunks_size, file = shard % chunks_size."""
-    return v3.DEFAULT_DATA_PATH.format(chunk_index=shard // chunks_size, file_index=shard % chunks_size)
 
 
 @dataclass(frozen=True)
@@ -80,54 +60,6 @@ class ShardJob:
         return ClipJob(src=self.src, storage_options=self.storage_options, out=self.out, shard=self.shard,
                        episode=episode, camera=camera, settings=self.settings, source_file=self.files.get(rel, {}),
                        decode_threads=self.decode_threads, retry=self.retry)
-
-
-def tar_path(shard: int, generation: int = 1) -> str:
-    """A shard's tar: ``shards/shard-000042.tar`` in a first compile, ``shards/shard-000042.g000003.tar`` when
-    an update (out/_update.py) makes generation 3, so it never overwrites a tar the published manifest names."""
-    base = shard_path(shard)
-    return base if generation == 1 else f"{base[:-len('.tar')]}.g{generation:06d}.tar"
-
-
-def shard_files(shard: int, chunks_size: int, generation: int = 1) -> tuple[str, str, str]:
-    """(tar, data parquet, sidecar) of a shard, relative to OUT."""
-    return tar_path(shard, generation), data_path(shard, chunks_size), sidecar_path(shard)
-
-
-def sweep_temps(out: str, shard: int, chunks_size: int, generation: int = 1) -> int:
-    """Remove temp files a killed writer of this shard left behind; returns how many."""
-    return sum(remove_stale_temps(os.path.join(out, rel)) for rel in shard_files(shard, chunks_size, generation))
-
-
-def read_sidecar(out: str, shard: int, generation: int | None = None) -> dict[str, Any] | None:
-    """The shard's sidecar as written (of compile ``generation``, when given), or None: absent, unreadable (a
-    killed writer's leftovers are temp files, never this name, but a hand-damaged one reads as absent) or of
-    another generation."""
-    try:
-        with open(os.path.join(out, sidecar_path(shard)), "rb") as f:
-            side = json.loads(f.read())
-    except (FileNotFoundError, ValueError):
-        return None
-    if generation is not None and side.get("generation", 1) != generation:
-        return None
-    return side
-
-
-def shard_done(out: str, shard: int, generation: int | None = None) -> dict[str, Any] | None:
-    """The shard's sidecar if the shard is complete: sidecar present (of compile ``generation``, when given), its
-    files present with the recorded sizes and sha256 (a resume re-reads finished shards once, so bit rot or a
-    stray write is recompiled, not kept)."""
-    side = read_sidecar(out, shard, generation)
-    if side is None:
-        return None
-    for key in ("tar", "data"):
-        try:
-            path, size, digest = os.path.join(out, side[key]["path"]), side[key]["size"], side[key]["sha256"]
-            if os.path.getsize(path) != size or file_sha256(path) != digest:
-                return None
-        except (OSError, KeyError, TypeError):
-            return None
-    return side
 
 
 def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> dict[str, Any]:
@@ -228,6 +160,3 @@ def _spec(info: dict[str, Any]) -> dict[str, Any]:
             if k not in ("mode", "psnr", "why", "crf", "psnr_min", "psnr_checked", "crf_segments", "stats", "reused")}
 
 
-def entry_from_dict(d: dict[str, Any]) -> EpisodeEntry:
-    """An EpisodeEntry back from its sidecar form."""
-    return EpisodeEntry(**{**d, "members": [MemberInfo(**m) for m in d["members"]]})

@@ -14,20 +14,17 @@ import os
 import shutil
 from typing import Any
 
-from roboreel.compile.jobs._shardjob import PARTS_DIR, sidecar_path
 from roboreel.compile.out._locks import ensure_idle
 from roboreel.compile.out._pack import TMP_SUFFIX, atomic_write
+from roboreel.compile.out.paths import MANIFEST, RECORD, SNAPSHOT_DIR, sidecar_path
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.source._files import changed_files
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import CompiledFormatError, SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
-from roboreel.formats.manifest import COMPILE_LOCK_NAME, MANIFEST_NAME
 
-LOCK_NAME = COMPILE_LOCK_NAME
 LOCK_FORMAT = "roboreel-compile-lock"
 LOCK_VERSION = 1
-SNAPSHOT_DIR = f"{PARTS_DIR}/source"
 
 
 def make_lock(*, url: str, fingerprint: str, settings: CompileSettings, chunks_size: int,
@@ -46,15 +43,15 @@ def make_lock(*, url: str, fingerprint: str, settings: CompileSettings, chunks_s
 
 def read_lock(out: str) -> dict[str, Any] | None:
     try:
-        with open(os.path.join(out, LOCK_NAME), "rb") as f:
+        with open(os.path.join(out, RECORD), "rb") as f:
             lock = json.loads(f.read())
     except (FileNotFoundError, NotADirectoryError):  # NotADirectoryError: OUT is a file
         return None
     except ValueError as e:
-        raise CompiledFormatError(f"compile lock is not valid JSON: {e}", file=os.path.join(out, LOCK_NAME)) from e
+        raise CompiledFormatError(f"compile lock is not valid JSON: {e}", file=os.path.join(out, RECORD)) from e
     if not isinstance(lock, dict) or lock.get("format") != LOCK_FORMAT or lock.get("version") != LOCK_VERSION:
         raise CompiledFormatError("not a roboreel compile lock (or written by another version)",
-                                  file=os.path.join(out, LOCK_NAME))
+                                  file=os.path.join(out, RECORD))
     return lock
 
 
@@ -111,20 +108,20 @@ def check_source_files(out: str, lock: dict[str, Any], shard_files: list[set[str
             f"changed ({what}) since shard {shard} in {out} was compiled from it; a resume would mix "
             "two versions of the file: restore it, or pass --overwrite to recompile", file=rel)
     if changed_files(old["source"]["files"], lock["source"]["files"]):
-        atomic_write(os.path.join(out, LOCK_NAME),
+        atomic_write(os.path.join(out, RECORD),
                      (json.dumps({**old, "source": lock["source"]}, indent=1) + "\n").encode())
 
 
 def is_compile_dir(out: str) -> bool:
     """Whether ``out`` looks like a roboreel compile output (safe for --overwrite to delete)."""
-    return os.path.exists(os.path.join(out, LOCK_NAME)) or os.path.exists(os.path.join(out, MANIFEST_NAME))
+    return os.path.exists(os.path.join(out, RECORD)) or os.path.exists(os.path.join(out, MANIFEST))
 
 
 def _entries(out: str) -> list[str]:
     """OUT's entries, ignoring temp files of a lock being written (a concurrent --part job starting up)."""
     if not os.path.isdir(out):
         return []
-    return [n for n in os.listdir(out) if not (n.startswith(f".{LOCK_NAME}.") and n.endswith(TMP_SUFFIX))]
+    return [n for n in os.listdir(out) if not (n.startswith(f".{RECORD}.") and n.endswith(TMP_SUFFIX))]
 
 
 def prepare_out(out: str, lock: dict[str, Any], *, overwrite: bool) -> bool:
@@ -155,7 +152,7 @@ def prepare_out(out: str, lock: dict[str, Any], *, overwrite: bool) -> bool:
                 )
     fresh = not _entries(out)
     os.makedirs(out, exist_ok=True)
-    lock_path = os.path.join(out, LOCK_NAME)
+    lock_path = os.path.join(out, RECORD)
     if not os.path.exists(lock_path):  # a matching lock stays as it is (it may name the source by another URL)
         atomic_write(lock_path, (json.dumps(lock, indent=1) + "\n").encode())
     return fresh
