@@ -54,7 +54,7 @@ def encode_images(frames: list[np.ndarray], fmt: str) -> list[bytes]:
 
 def hevc_clip(frames: list[np.ndarray], fps: int) -> bytes:
     from roboreel.compile.settings import CompileSettings
-    from roboreel.compile.video._transcode import encode_clip
+    from roboreel.compile.video import encode_clip
 
     src = (av.VideoFrame.from_ndarray(a, format="rgb24") for a in frames)
     return encode_clip(src, length=len(frames), fps=fps, settings=CompileSettings(), where="bench", episode=0).data
@@ -71,7 +71,7 @@ def rung_clip(frames: list[np.ndarray], fps: int, pix_fmt: str, crf: int | None)
 
 def ladder_clip(frames: list[np.ndarray], fps: int) -> tuple[bytes, str]:
     from roboreel.compile.settings import CompileSettings
-    from roboreel.compile.video._imageclips import encode_image_clip
+    from roboreel.compile.video import encode_image_clip
 
     clip = encode_image_clip(encode_images(frames, "PNG"), key="bench", fps=fps, settings=CompileSettings(),
                              where="bench", episode=0)

@@ -23,9 +23,9 @@ from torchcodec.decoders import VideoDecoder
 
 from roboreel.compile import CompileSettings, compile_dataset, finalize
 from roboreel.compile.report import CompileReport
-from roboreel.compile.source._decode import SourceVideo
-from roboreel.compile.tables._rowgroups import episode_row_groups
-from roboreel.compile.video._transcode import psnr, transcode_span
+from roboreel.compile.source import SourceVideo
+from roboreel.compile.tables import episode_row_groups
+from roboreel.compile.video import psnr, transcode_span
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import load_manifest

@@ -20,9 +20,7 @@ from support.settings import FAST
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.compile import CompileSettings, compile_dataset
 from roboreel.compile.out.paths import CLIPS_DIR
-from roboreel.compile.video._clipproof import check_clip_timing
-from roboreel.compile.video._copypolicy import leading_frame
-from roboreel.compile.video._transcode import encode_clip
+from roboreel.compile.video import check_clip_timing, encode_clip, leading_frame
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 from roboreel.reader import CompiledDataset
 from roboreel.synth import SynthConfig, synthesize

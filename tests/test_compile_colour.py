@@ -21,9 +21,7 @@ from support.settings import FAST
 from torchcodec.decoders import VideoDecoder
 
 from roboreel.compile import compile_dataset
-from roboreel.compile.video._floorcheck import InFlightCheck, psnr
-from roboreel.compile.video._segments import encode_segmented
-from roboreel.compile.video._transcode import encode_clip, encoder_input
+from roboreel.compile.video import InFlightCheck, encode_clip, encode_segmented, encoder_input, psnr
 from roboreel.formats.errors import RoboreelError
 from roboreel.reader import CompiledDataset
 
@@ -200,8 +198,7 @@ def test_a_tag_x265_cannot_write_stops_the_encode(floor):
 def test_a_tag_lost_in_the_bitstream_is_caught_in_flight():
     """Were a tag lost between x265's input and its bitstream (an encoder that drops it), the in-flight decode
     of every packet sees the difference: the clip is refused, not muxed with other colours."""
-    from roboreel.compile.video._floorcheck import ColourNotCarried
-    from roboreel.compile.video._sws import ColourTags
+    from roboreel.compile.video import ColourNotCarried, ColourTags
 
     enc = av.CodecContext.create("libx265", "w")
     enc.width, enc.height, enc.pix_fmt, enc.time_base = 64, 64, "yuv420p", Fraction(1, 10)

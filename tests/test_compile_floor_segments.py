@@ -18,9 +18,15 @@ import torch
 from torchcodec.decoders import VideoDecoder
 
 from roboreel.compile import CompileSettings
-from roboreel.compile.video._floorcheck import psnr
-from roboreel.compile.video._segments import SegmentsUnavailable, encode_segmented, parameter_sets
-from roboreel.compile.video._transcode import _MUX_OPTIONS, encode_clip, encoder_input
+from roboreel.compile.video import (
+    SegmentsUnavailable,
+    encode_clip,
+    encode_segmented,
+    encoder_input,
+    parameter_sets,
+    psnr,
+)
+from roboreel.compile.video._transcode import _MUX_OPTIONS
 
 GOP, H, W, FPS = 8, 64, 96, 10
 HARD = 3  # the GOP whose frames are hard to code

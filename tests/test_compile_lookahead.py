@@ -11,7 +11,7 @@ import pytest
 from conftest import make_source
 
 from roboreel.compile.settings import X265_LOOKAHEAD, CompileSettings
-from roboreel.compile.video._segments import parameter_sets
+from roboreel.compile.video import parameter_sets
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from support.settings import FAST
 
 from roboreel.compile import CompileSettings, compile_dataset
-from roboreel.compile.out._record import lock_mismatch, make_lock
+from roboreel.compile.out import lock_mismatch, make_lock
 from roboreel.formats.manifest import load_manifest
 from roboreel.formats.shard import CLIP_SUFFIX, EpisodeRecord
 from roboreel.synth import FrameCode, read

@@ -22,7 +22,7 @@ from support.settings import FAST
 
 from roboreel.cli import main
 from roboreel.compile import compile_dataset
-from roboreel.compile.source._decode import SourceVideo
+from roboreel.compile.source import SourceVideo
 from roboreel.formats.errors import SourceError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import MANIFEST_NAME

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import make_source
 
+from roboreel.compile.video import SWS_FILTERS, resize_frame
 from roboreel.compile.video import _sws as sws
-from roboreel.compile.video._resize import SWS_FILTERS, resize_frame
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""The package's shape holds: reader/'s rooms import one way, no module imports itself back (not even for types),
-and ``roboreel --help`` speaks to users. Read from the source with ``ast``, so a new import that breaks the
-layout fails here, not in review."""
+"""The package's shape holds: reader/'s and compile/'s rooms import one way, no module imports itself back (not
+even for types), and ``roboreel --help`` speaks to users. Read from the source with ``ast``, so a new import that
+breaks the layout fails here, not in review."""
 
 from __future__ import annotations
 
@@ -92,3 +92,46 @@ def test_help_tells_a_user_what_the_tool_does_and_the_usual_order():
     usual = out[out.index("usual order"):]
     order = [usual.index(v) for v in ("roboreel compile SRC OUT", "roboreel validate OUT", "roboreel lerobot-train")]
     assert order == sorted(order)
+
+
+# compile/'s rooms, each importing only the rooms before it (docs/architecture.md); the top-level modules (the
+# phases: plan, pipeline, finalize, report) may import any room, a room only settings of them
+COMPILE_ROOMS = ("source", "out", "tables", "video", "jobs")
+
+
+def _compile_room(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[2] in COMPILE_ROOMS else "top"
+
+
+def test_compile_rooms_import_one_way_through_their_faces():
+    """A room reaches another only through its face (its ``__init__`` or a public module such as out/paths.py),
+    and only a room before it; a room's own modules are private (``_name.py``) unless they are part of its face."""
+    wrong = []
+    for m, deps in _graph().items():
+        if not m.startswith("roboreel.compile."):
+            continue
+        mine = _compile_room(m)
+        for i in deps:
+            theirs = _compile_room(i)
+            if not i.startswith("roboreel.compile.") or theirs == mine:
+                continue
+            if theirs == "top":
+                ok = mine == "top" or i == "roboreel.compile.settings"
+            else:
+                ok = (mine == "top" or COMPILE_ROOMS.index(theirs) < COMPILE_ROOMS.index(mine)) and not any(
+                    p.startswith("_") for p in i.split(".")[3:])
+            if not ok:
+                wrong.append((m, i))
+    assert wrong == []
+    public = sorted(_module(p) for room in COMPILE_ROOMS for p in (PKG / "compile" / room).glob("*.py")
+                    if not p.name.startswith("_"))
+    assert public == ["roboreel.compile.out.paths"]
+
+
+def test_faces_list_their_names_sorted():
+    for room in ("compile", *(f"compile/{r}" for r in COMPILE_ROOMS)):
+        tree = ast.parse((PKG / room / "__init__.py").read_text())
+        names = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                     and any(getattr(t, "id", None) == "__all__" for t in n.targets))
+        assert names == sorted(names), room

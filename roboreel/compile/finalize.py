@@ -24,11 +24,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from roboreel._version import __version__
-from roboreel.compile.out._locks import out_lock
-from roboreel.compile.out._pack import atomic_write, remove_stale_temps
-from roboreel.compile.out._parts import entry_from_dict, shard_done
-from roboreel.compile.out._record import read_lock, snapshot_source
-from roboreel.compile.out._update import generation, remove_unused
+from roboreel.compile.out import (
+    atomic_write,
+    entry_from_dict,
+    generation,
+    out_lock,
+    read_lock,
+    remove_stale_temps,
+    remove_unused,
+    shard_done,
+    snapshot_source,
+)
 from roboreel.compile.out.paths import (
     DATA_PATH_TEMPLATE,
     FINALIZE_LOCK,
@@ -43,12 +49,10 @@ from roboreel.compile.out.paths import (
     VIDEO_PATH_TEMPLATE,
     index_dir,
 )
-from roboreel.compile.plan import camera_hw
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.source._resample import frame_step, kept_length
-from roboreel.compile.tables._stats import dataset_stats, episode_columns
-from roboreel.compile.video._imageclips import RGB8_CLIP_FORMATS, clip_keys
-from roboreel.compile.video._resize import transform_record
+from roboreel.compile.source import camera_hw, frame_step, kept_length
+from roboreel.compile.tables import dataset_stats, episode_columns
+from roboreel.compile.video import RGB8_CLIP_FORMATS, clip_keys, transform_record
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.depth import DEPTH_CHANNELS, is_depth
 from roboreel.formats.errors import CompiledFormatError, RoboreelError

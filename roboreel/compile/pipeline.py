@@ -27,38 +27,31 @@ from typing import Any
 
 from roboreel.compile.finalize import WRITE_ERRNOS
 from roboreel.compile.finalize import finalize as finalize_out
-from roboreel.compile.jobs._clips import forget_sources
-from roboreel.compile.jobs._schedule import run_inline, run_pool
-from roboreel.compile.jobs._shardjob import ShardJob
-from roboreel.compile.out._locks import run_lock
-from roboreel.compile.out._parts import (
-    clip_done,
-    remove_clips,
-    remove_clips_dir,
-    shard_done,
-    sweep_clip_temps,
-    sweep_temps,
-)
-from roboreel.compile.out._record import (
+from roboreel.compile.jobs import ShardJob, forget_sources, run_inline, run_pool
+from roboreel.compile.out import (
+    begin_update,
     check_source_files,
+    clip_done,
     finished_changed,
+    generation,
     is_compile_dir,
     lock_mismatch,
     make_lock,
+    plan_update,
     prepare_out,
     read_lock,
+    read_state,
+    remove_clips,
+    remove_clips_dir,
+    reuse_for,
+    run_lock,
+    shard_done,
+    sweep_clip_temps,
+    sweep_temps,
+    transition_lock,
     write_snapshot,
 )
-from roboreel.compile.out._update import (
-    begin_update,
-    generation,
-    plan_update,
-    read_state,
-    reuse_for,
-    transition_lock,
-)
 from roboreel.compile.plan import (
-    camera_hw,
     check_encodable,
     check_part,
     check_source,
@@ -68,10 +61,15 @@ from roboreel.compile.plan import (
 )
 from roboreel.compile.report import CompileReport, make_report
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.source._files import episode_files, source_files
-from roboreel.compile.source._fingerprint import episode_fingerprints
-from roboreel.compile.source._resample import frame_step, kept_length
-from roboreel.compile.video._imageclips import clip_keys, kept_images
+from roboreel.compile.source import (
+    camera_hw,
+    episode_files,
+    episode_fingerprints,
+    frame_step,
+    kept_length,
+    source_files,
+)
+from roboreel.compile.video import clip_keys, kept_images
 from roboreel.formats.errors import RoboreelError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, Retry, http_defaults, is_local

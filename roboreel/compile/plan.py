@@ -10,32 +10,18 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from roboreel.compile.out.paths import MANIFEST
 from roboreel.compile.settings import CompileSettings, x265_size_params
-from roboreel.compile.source._resample import check_transform, frame_step
+from roboreel.compile.source import camera_hw, check_transform, frame_step
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.columns import declared_type_problem, undeclared_columns
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.table_features import image_keys, image_problem
-
-
-def camera_hw(feature: dict[str, Any]) -> tuple[int, int]:
-    """(height, width) of a video feature, from its ``info`` or its shape (HWC or CHW, by ``names``)."""
-    info = feature.get("info") or {}
-    if "video.height" in info and "video.width" in info:
-        return int(info["video.height"]), int(info["video.width"])
-    shape, names = list(feature.get("shape") or []), list(feature.get("names") or [])
-    if len(shape) == 3:
-        if names[:1] == ["channels"] or shape[0] in (1, 3) and shape[2] not in (1, 3):
-            return int(shape[1]), int(shape[2])
-        return int(shape[0]), int(shape[1])
-    raise SourceError(f"video feature has no height/width (shape {shape})", file=v3.INFO_PATH)
 
 
 def check_source(source: LeRobotSource) -> list[EpisodeMeta]:

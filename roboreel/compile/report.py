@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from roboreel.compile.out._parts import shard_done
+from roboreel.compile.out import shard_done
 
 _NUMBER = re.compile(r"\b\d+\b")
 

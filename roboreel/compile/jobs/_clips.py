@@ -20,19 +20,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from roboreel.compile.out._pack import atomic_write
-from roboreel.compile.out._parts import clip_done
+from roboreel.compile.out import atomic_write, clip_done
 from roboreel.compile.out.paths import clip_paths
-from roboreel.compile.plan import camera_hw
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.source._decode import SourceVideo
-from roboreel.compile.source._resample import frame_step
-from roboreel.compile.tables._stats import image_stats
-from roboreel.compile.video._copypolicy import REMUX_CODECS
-from roboreel.compile.video._depth import transcode_depth
-from roboreel.compile.video._imageclips import encode_image_clip
-from roboreel.compile.video._resize import FILTER
-from roboreel.compile.video._transcode import Clip, transcode_span
+from roboreel.compile.source import SourceVideo, camera_hw, frame_step
+from roboreel.compile.tables import image_stats
+from roboreel.compile.video import (
+    FILTER,
+    REMUX_CODECS,
+    Clip,
+    encode_image_clip,
+    transcode_depth,
+    transcode_span,
+)
 from roboreel.formats.depth import is_depth
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.shard import sha256_hex

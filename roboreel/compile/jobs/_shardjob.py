@@ -18,15 +18,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from roboreel.compile.jobs._clips import ClipJob, make_clip, worker_source
-from roboreel.compile.out._pack import ShardWriter, atomic_write
-from roboreel.compile.out._parts import clip_done, read_clip, read_reused, remove_clips, sweep_temps
+from roboreel.compile.out import (
+    ShardWriter,
+    atomic_write,
+    clip_done,
+    read_clip,
+    read_reused,
+    remove_clips,
+    sweep_temps,
+)
 from roboreel.compile.out.paths import shard_files
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.source._resample import frame_step, resample_episodes, resample_rows
-from roboreel.compile.tables._rowgroups import write_episode_rows
-from roboreel.compile.tables._stats import rows_stats
-from roboreel.compile.tables._stats import to_json as stats_json
-from roboreel.compile.video._imageclips import clip_keys
+from roboreel.compile.source import frame_step, resample_episodes, resample_rows
+from roboreel.compile.tables import rows_stats, stats_to_json, write_episode_rows
+from roboreel.compile.video import clip_keys
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.manifest import EpisodeEntry
 from roboreel.formats.shard import EpisodeRecord, rows_digest
@@ -85,7 +90,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
             if all_reused:
                 reused.append(ep.index)
             if job.settings.transforms:  # stats of what was kept (tables/_stats.py): rows here, cameras from the clips
-                stats[str(ep.index)] = {**stats_json(rows_stats(rows, source.info.features, source.fps // step)),
+                stats[str(ep.index)] = {**stats_to_json(rows_stats(rows, source.info.features, source.fps // step)),
                                         **{cam: c.pop("stats") for cam, c in clips_info[str(ep.index)].items()}}
             members = writer.add(record)
             entries.append(EpisodeEntry(

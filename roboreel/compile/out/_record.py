@@ -18,7 +18,7 @@ from roboreel.compile.out._locks import ensure_idle
 from roboreel.compile.out._pack import TMP_SUFFIX, atomic_write
 from roboreel.compile.out.paths import MANIFEST, RECORD, SNAPSHOT_DIR, sidecar_path
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.source._files import changed_files
+from roboreel.compile.source import changed_files
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.errors import CompiledFormatError, SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource

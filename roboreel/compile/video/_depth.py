@@ -29,11 +29,8 @@ import av
 import numpy as np
 
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.source._decode import SourceVideo, SpanPackets
-from roboreel.compile.source._overlap import read_ahead
-from roboreel.compile.source._resample import kept_length
-from roboreel.compile.tables._stats import downsample
-from roboreel.compile.tables._stats import sample_indices as stats_sample_indices
+from roboreel.compile.source import SourceVideo, SpanPackets, kept_length, read_ahead
+from roboreel.compile.tables import downsample, stats_sample_indices
 from roboreel.compile.video._clipproof import decode_clip
 from roboreel.compile.video._copypolicy import gop_refusal, grid_refusal
 from roboreel.compile.video._transcode import _MUX_OPTIONS, Clip, remux_clip

@@ -32,8 +32,9 @@ import numpy as np
 
 from roboreel.compile.settings import CompileSettings, x265_size_params
 from roboreel.compile.video._clipproof import check_clip_timing
+from roboreel.compile.video._floorcheck import next_crf, psnr
 from roboreel.compile.video._sws import reformat, to_rgb24
-from roboreel.compile.video._transcode import _MUX_OPTIONS, Clip, next_crf, psnr, sample_indices
+from roboreel.compile.video._transcode import _MUX_OPTIONS, Clip, sample_indices
 from roboreel.formats.depth import is_depth
 from roboreel.formats.errors import RoboreelError, SourceError
 from roboreel.formats.images import ImageDecodeError, rgb_pixels

@@ -30,7 +30,7 @@ import av
 import numpy as np
 
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.tables._stats import downsample
+from roboreel.compile.tables import downsample
 from roboreel.compile.video._floorcheck import (
     ColourNotCarried,
     InFlightCheck,

@@ -40,14 +40,11 @@ import av
 import numpy as np
 
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.source._decode import SourceVideo, SpanPackets
-from roboreel.compile.source._overlap import read_ahead
-from roboreel.compile.source._resample import kept_length
-from roboreel.compile.tables._stats import downsample
-from roboreel.compile.tables._stats import sample_indices as stats_sample_indices
+from roboreel.compile.source import SourceVideo, SpanPackets, kept_length, read_ahead
+from roboreel.compile.tables import downsample, stats_sample_indices
 from roboreel.compile.video._clipproof import check_clip_timing, decode_clip, frame_digest
 from roboreel.compile.video._copypolicy import codec_refusal, gop_refusal, grid_refusal
-from roboreel.compile.video._floorcheck import (  # noqa: F401  (re-exported)
+from roboreel.compile.video._floorcheck import (
     CRF_RANGE,
     BelowFloor,
     ColourNotCarried,
@@ -55,7 +52,6 @@ from roboreel.compile.video._floorcheck import (  # noqa: F401  (re-exported)
     colour_mismatch,
     floor_reference,
     next_crf,
-    psnr,
     unheld_colour,
     x265_refusal,
 )
