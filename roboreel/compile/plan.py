@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 from collections import defaultdict
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,6 +24,7 @@ from roboreel.formats.columns import declared_type_problem, undeclared_columns
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.table_features import image_keys, image_problem
+from roboreel.formats.transient import is_local
 
 
 def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
@@ -153,6 +156,34 @@ def estimate_episode_bytes(
             est += e.length * sizes[span.path] / frames_in[span.path] * scale[cam]
         out[e.index] = est
     return out
+
+
+def check_apart(source: LeRobotSource, out: str) -> None:
+    """Refuse an OUT that is the (local) source or holds it: --overwrite, or the cleanup of a failed first compile,
+    removes OUT's contents, and with them the source."""
+    if not is_local(source.fs):
+        return
+    src, dest = os.path.realpath(source.root), os.path.realpath(out)
+    if os.path.commonpath([src, dest]) == dest:
+        raise ValueError(f"OUT {out} is SRC or a directory holding it ({src}): compile into a directory outside "
+                         "the source")
+
+
+def drop_unasked(settings: CompileSettings, fps: int, features: dict[str, dict[str, Any]]) -> CompileSettings:
+    """``settings`` without a ``--fps`` equal to the source's, and without ``--resize`` when every camera it names
+    is already that size: they ask for nothing, so the compile is the plain one, byte for byte. Kept, they counted
+    as transforms: the camera stats were recomputed from the decoded (lossy) frames in place of the recorder's, the
+    clips re-encoded, and the OUT lock differed from a run that left them out. A dataset with image features keeps
+    its ``--resize`` (refused as before: a size for images is not supported)."""
+    if settings.fps is not None and settings.fps == fps:
+        settings = settings.replace(fps=None)
+    if settings.resize is not None or settings.resize_cameras:
+        videos = {k: camera_hw(f) for k, f in features.items() if f.get("dtype") == "video"}
+        images = any(f.get("dtype") == "image" for f in features.values())
+        named = all(key in videos for key, _, _ in settings.resize_cameras)
+        if videos and named and not images and all(settings.camera_size(k, hw) == hw for k, hw in videos.items()):
+            settings = settings.replace(resize=None, resize_cameras=())
+    return settings
 
 
 SHARD_COUNT_STEPS = (24, 8, 4, 2, 1)  # preferred shard-count multiples, most divisible first (see plan_shards)
