@@ -29,6 +29,7 @@ from roboreel.compile.video import (
     FILTER,
     REMUX_CODECS,
     Clip,
+    EncodeTarget,
     encode_image_clip,
     transcode_depth,
     transcode_span,
@@ -147,14 +148,13 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
     depth = is_depth(feature)
     size = settings.camera_size(job.camera, camera_hw(feature)) if settings.resizes(job.camera) else None
     try:
+        target = EncodeTarget(settings, span.path, ep.index, size=size, method=FILTER, step=step,
+                              stats=settings.transforms)
         if depth:  # depth never takes the RGB path: its codes are carried exactly (video/_depth.py)
-            clip = transcode_depth(video, from_s=span.from_timestamp, length=ep.length, settings=settings,
-                                   episode=ep.index, where=span.path, progress=ticks.add, size=size, step=step,
+            clip = transcode_depth(video, target, from_s=span.from_timestamp, length=ep.length, progress=ticks.add,
                                    feature=feature if settings.transforms else None)
         else:
-            clip = transcode_span(video, from_s=span.from_timestamp, length=ep.length, settings=settings,
-                                  episode=ep.index, where=span.path, progress=ticks.add, size=size, method=FILTER,
-                                  step=step, stats=settings.transforms)
+            clip = transcode_span(video, target, from_s=span.from_timestamp, length=ep.length, progress=ticks.add)
     except BaseException:
         _drop_video(source, span.path)  # its position is no longer trusted
         raise

@@ -15,9 +15,10 @@ from roboreel.compile.video._imageclips import (
 from roboreel.compile.video._resize import DEPTH_FILTER, FILTER, SWS_FILTERS, resize_frame, transform_record
 from roboreel.compile.video._segments import SegmentsUnavailable, encode_segmented, parameter_sets
 from roboreel.compile.video._sws import ColourTags
+from roboreel.compile.video._target import EncodeTarget
 from roboreel.compile.video._transcode import Clip, encode_clip, encoder_input, transcode_span
 
-__all__ = ["Clip", "ColourNotCarried", "ColourTags", "DEPTH_FILTER", "FILTER", "InFlightCheck", "REMUX_CODECS",
+__all__ = ["Clip", "ColourNotCarried", "ColourTags", "DEPTH_FILTER", "EncodeTarget", "FILTER", "InFlightCheck", "REMUX_CODECS",
            "RGB8_CLIP_FORMATS", "SWS_FILTERS", "SegmentsUnavailable", "check_clip_timing", "clip_keys", "decode_clip",
            "encode_clip", "encode_image_clip", "encode_segmented", "encoder_input", "image_clip_keys", "kept_images",
            "leading_frame", "parameter_sets", "psnr", "resize_frame", "transcode_depth", "transcode_span",
