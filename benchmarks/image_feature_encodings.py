@@ -65,8 +65,8 @@ def rung_clip(frames: list[np.ndarray], fps: int, pix_fmt: str, crf: int | None)
     from roboreel.compile.video._imageclips import _encode
 
     h, w = frames[0].shape[:2]
-    return _encode(frames, frames.__getitem__, fps=fps, settings=CompileSettings(), pix_fmt=pix_fmt, crf=crf,
-                   height=h, width=w, progress=None)
+    return _encode(frames, frames.__getitem__, fps=fps, settings=CompileSettings(), rung=(pix_fmt, crf),
+                   size=(h, w), progress=None)
 
 
 def ladder_clip(frames: list[np.ndarray], fps: int) -> tuple[bytes, str]:

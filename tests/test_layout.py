@@ -135,3 +135,58 @@ def test_faces_list_their_names_sorted():
         names = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
                      and any(getattr(t, "id", None) == "__all__" for t in n.targets))
         assert names == sorted(names), room
+
+
+# option objects: one value however many knobs they hold (a keyword dict of fsspec options counts as one too)
+OPTION_TYPES = {"CompileSettings", "Retry", "EncodeTarget"}
+MAX_PARAMETERS = 8
+
+
+def _counted(args: ast.arguments) -> list[str]:
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+    return [a.arg for i, a in enumerate(every) if not (i == 0 and a.arg in ("self", "cls"))
+            and not (a.annotation is not None and OPTION_TYPES & {n.id for n in ast.walk(a.annotation)
+                                                                 if isinstance(n, ast.Name)})
+            and not a.arg.endswith("_options")]
+
+
+def test_compile_functions_take_at_most_eight_parameters():
+    """Every function, method and ``__init__`` of compile/ takes at most 8 parameters besides ``self`` and option
+    objects: a longer list is a value waiting to be named (as EncodeTarget was). Dataclass fields are not
+    parameters here: a record (CompileSettings, Clip, CompileReport, the jobs) is built by keyword, field by
+    field, and is itself the value that keeps other signatures short."""
+    wrong = [(_module(p), n.name, len(_counted(n.args)))
+             for p in (PKG / "compile").rglob("*.py") for n in ast.walk(ast.parse(p.read_text()))
+             if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and len(_counted(n.args)) > MAX_PARAMETERS]
+    assert wrong == []
+
+
+# the names of what only a compile writes inside OUT, and formats/' names for what readers find there (meta/ and
+# data/ are LeRobot's layout, a source's as much as OUT's, and the prefix of LeRobot's column names: not checked)
+OUT_SPELLINGS = (".roboreel-parts", ".roboreel-compile", "roboreel.json", "update.json", ".lock", "shard-",
+                 "shards/", "index/")
+OUT_NAMES_IN_FORMATS = {"MANIFEST_NAME", "COMPILE_LOCK_NAME", "SHARD_DIR", "INDEX_DIR", "shard_path",
+                        "DEFAULT_DATA_PATH", "DEFAULT_VIDEO_PATH", "EPISODES_PATH"}
+
+
+def _code_strings(tree: ast.AST) -> list[str]:
+    """String constants that are not docstrings (which may describe OUT's layout freely)."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs]
+
+
+def test_only_out_paths_spells_where_things_go_in_out():
+    """OUT's layout is written down once, in compile/out/paths.py: no other compile module spells a path inside
+    OUT or imports formats/' names for one (messages name OUT's files through paths.py's names too)."""
+    wrong = []
+    for p in (PKG / "compile").rglob("*.py"):
+        if p == PKG / "compile" / "out" / "paths.py":
+            continue
+        tree = ast.parse(p.read_text())
+        wrong += [(_module(p), s) for s in _code_strings(tree) if any(w in s for w in OUT_SPELLINGS)]
+        wrong += [(_module(p), a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                  and (n.module or "").startswith("roboreel.formats") for a in n.names if a.name in OUT_NAMES_IN_FORMATS]
+    assert wrong == []

@@ -195,12 +195,13 @@ def compiled_features(features: dict[str, Any], specs: list[CameraSpec], setting
     return feats
 
 
-def _episodes_table(snapshot, lock: dict, ids: np.ndarray, shard_of: np.ndarray, cams: list[str],
+def _episodes_table(snapshot, lock: dict, placed: tuple[np.ndarray, np.ndarray], cams: list[str],
                     fps: int, step: int = 1, stats: dict[int, dict[str, Any]] | None = None,
                     keep: frozenset[str] = frozenset()) -> pa.Table:
-    """meta/episodes for the compiled layout; with ``step`` > 1 lengths and indices on the new grid
+    """meta/episodes for the compiled layout, ``placed``: the episode ids and the shard of each; with ``step`` > 1 lengths and indices on the new grid
     (source/_resample.py), with ``stats`` its ``stats/`` columns replaced by the recomputed ones (tables/_stats.py), except
     those of the features in ``keep`` that the source has."""
+    ids, shard_of = placed
     tables = [read_parquet(snapshot.fs, snapshot.path(rel), rel) for rel in snapshot.episode_files()]
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
     table = table.take(pc.sort_indices(table, [("episode_index", "ascending")]))
@@ -323,7 +324,7 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
     else:  # a source that has none (any more): the stats of an earlier compile of OUT must not stay
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(out, META_STATS))
-    episodes = _episodes_table(snap, lock, ids, shard_of, info.camera_keys, fps, step,
+    episodes = _episodes_table(snap, lock, (ids, shard_of), info.camera_keys, fps, step,
                                cameras.stats if settings.transforms else None, keep)
     put(META_EPISODES, table_to_parquet_bytes(episodes))
 

@@ -15,7 +15,7 @@ Each phase is crash-safe:
 A data fault (SourceError) stops the run. When this run created OUT and compiles the whole dataset, OUT is
 removed again; otherwise finished shards and clips stay (they are complete and valid) and temp files are
 removed. Transient faults of remote source reads (timeouts, resets, 5xx, 429, short bodies) are retried
-(``retries``, ``backoff_s``; formats/transient.py); a read that keeps failing (SourceReadError) says nothing
+(``retry``: formats/transient.py's Retry); a read that keeps failing (SourceReadError) says nothing
 against the source, so finished shards and clips stay even in a new OUT, and its message ends with what became
 of OUT and "rerun the same command" (when the plan fails that way, nothing was written yet).
 """
@@ -66,7 +66,7 @@ from roboreel.compile.plan import (
     part_shards,
     plan_shards,
 )
-from roboreel.compile.report import CompileReport, make_report
+from roboreel.compile.report import CompileReport, RunFacts, make_report
 from roboreel.compile.settings import CompileSettings
 from roboreel.compile.source import (
     episode_files,
@@ -78,7 +78,7 @@ from roboreel.compile.source import (
 from roboreel.compile.video import clip_keys, kept_images
 from roboreel.formats.errors import RoboreelError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
-from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, Retry, http_defaults
+from roboreel.formats.transient import Retry, http_defaults
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +149,7 @@ def compile_dataset(
     progress: bool = False,
     storage_options: dict | None = None,
     overwrite: bool = False,
-    retries: int = DEFAULT_RETRIES,
-    backoff_s: float = DEFAULT_BACKOFF_S,
+    retry: Retry | None = None,
 ) -> CompileReport:
     """Compile the LeRobot v3 dataset at ``src`` (path or fsspec URL) into ``out`` (a local directory).
 
@@ -158,8 +157,9 @@ def compile_dataset(
     whichever run finds every shard complete (or by ``finalize(out)``). ``finalize=False`` never writes it.
     Rerunning into the same OUT resumes: complete shards are kept, finished clips of the others reused (unless
     their source file changed), the rest compiled. ``workers``: parallel (episode, camera) encodes.
-    ``retries``: transient faults of each remote source read retried after a backoff doubling from ``backoff_s``
-    seconds; then SourceReadError naming the file (and episode), with finished work kept for a rerun.
+    ``retry`` (formats.transient.Retry; default: its defaults): transient faults of each remote source read retried
+    ``retry.retries`` times after a backoff doubling from ``retry.backoff_s`` seconds; then SourceReadError naming
+    the file (and episode), with finished work kept for a rerun.
 
     The phases (module doc): plan -> prepare OUT -> run the jobs -> finalize -> report.
     """
@@ -168,7 +168,7 @@ def compile_dataset(
         check_part(part)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    retry = Retry(retries, backoff_s)
+    retry = retry if retry is not None else Retry()
     out = _local_out(out)
     forget_sources()  # inline jobs must read this source as it is now, not as an earlier compile saw it
     plan = _plan(src, out, settings or CompileSettings(), part, storage_options, retry, workers)
@@ -327,8 +327,9 @@ def _report(out: str, plan: _Plan, prepared: _Prepared, ran: _Ran, part: tuple[i
             seconds: float) -> CompileReport:
     """Phase 5: what this run did, from the part's sidecars."""
     settings, source, mine, lengths = plan.settings, plan.source, plan.mine, plan.lengths
-    report = make_report(out, plan.shards, mine, len(ran.todo), part, done_all, lengths, ran.work_frames, seconds,
-                         prepared.generation, {e for j in ran.jobs for e in j.episodes})
+    run = RunFacts(part=part, compiled=len(ran.todo), worked={e for j in ran.jobs for e in j.episodes},
+                   work_frames=ran.work_frames, seconds=seconds, finalized=done_all)
+    report = make_report(out, plan.shards, mine, prepared.generation, lengths, run)
     report.cameras = len(clip_keys(source.info.features, settings))
     report.images_kept = kept_images(source.info.features, settings)
     report.input_bytes = round(sum(plan.in_bytes[e] for i in mine for e in plan.shards[i]))

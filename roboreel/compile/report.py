@@ -129,11 +129,24 @@ class CompileReport:
         return json.dumps(self.to_dict(), indent=1) + "\n"
 
 
-def make_report(out: str, plan: list[list[int]], mine: list[int], compiled: int, part: tuple[int, int] | None,
-                finalized: bool, lengths: dict[int, int], work_frames: int, seconds: float, gen: int,
-                worked: set[int]) -> CompileReport:
-    """The report of this part from its sidecars (of generation ``gen``); ``worked``: the episodes of the shards
-    this run packed."""
+@dataclass(frozen=True)
+class RunFacts:
+    """What the run knows of itself that the sidecars do not say: its part, how many shards it packed and their
+    episodes (``worked``) and frames, its wall-clock seconds, whether it finalized."""
+
+    part: tuple[int, int] | None
+    compiled: int
+    worked: set[int]
+    work_frames: int
+    seconds: float
+    finalized: bool
+
+
+def make_report(out: str, plan: list[list[int]], mine: list[int], gen: int, lengths: dict[int, int],
+                run: RunFacts) -> CompileReport:
+    """The report of this part (shards ``mine`` of ``plan``) from its sidecars (of generation ``gen``)."""
+    compiled, part, finalized, seconds, worked = run.compiled, run.part, run.finalized, run.seconds, run.worked
+    work_frames = run.work_frames
     sides = [shard_done(out, i, gen) for i in mine]
     reused = {e for side in sides if side is not None for e in side.get("reused", [])}
     values: list[float] = []
