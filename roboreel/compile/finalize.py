@@ -29,7 +29,7 @@ from roboreel.compile.out import (
     entry_from_dict,
     generation,
     out_lock,
-    read_lock,
+    read_record,
     remove_stale_temps,
     remove_unused,
     shard_done,
@@ -253,11 +253,11 @@ def finalize(out: str) -> Manifest:
     removes the temps a killed finalize left, which would include the other's unfinished writes. Whoever waits
     then rewrites the same bytes."""
     out = os.fspath(out)
-    if read_lock(out) is None:
+    if read_record(out) is None:
         raise CompiledFormatError("no compile lock: not a roboreel compile output", file=out)
     with out_lock(out, FINALIZE_LOCK, "finalizes"):
         try:
-            return _finalize(out, read_lock(out))
+            return _finalize(out, read_record(out))
         except OSError as e:
             if e.errno not in WRITE_ERRNOS:
                 raise

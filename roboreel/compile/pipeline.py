@@ -40,12 +40,12 @@ from roboreel.compile.out import (
     finished_changed,
     generation,
     is_compile_dir,
-    lock_mismatch,
-    make_lock,
+    make_record,
     plan_update,
     prepare_out,
-    read_lock,
+    read_record,
     read_state,
+    record_mismatch,
     remove_clips,
     remove_clips_dir,
     reuse_for,
@@ -112,7 +112,7 @@ class _Plan:
     lengths: dict[int, int]  # episode -> source frames
     in_bytes: dict[int, float]  # episode -> estimated source bytes
     chunks_size: int
-    lock: dict[str, Any]  # OUT's compile record for this run (out/_record.py)
+    record: dict[str, Any]  # OUT's compile record for this run (out/_record.py)
     cams: list[str]  # video features, and image features made clips
     prints: dict[int, dict[str, Any]]  # episode -> fingerprints (source/_fingerprint.py)
     shard_files: list[set[str]]  # per shard, the source files it reads
@@ -202,15 +202,15 @@ def _plan(src: str, out: str, settings: CompileSettings, part: tuple[int, int] |
         in_bytes = est if not settings.transforms else estimate_episode_bytes(
             source, episodes, settings.replace(resize=None, resize_cameras=(), fps=None))
         chunks_size = int(source.info.raw.get("chunks_size") or 1000)
-        lock = make_lock(url=source.url, fingerprint=source.fingerprint(), settings=settings,
-                         chunks_size=chunks_size, shards=shards, files=source_files(source, threads=max(2, workers)))
+        record = make_record(url=source.url, fingerprint=source.fingerprint(), settings=settings,
+                           chunks_size=chunks_size, shards=shards, files=source_files(source, threads=max(2, workers)))
         cams = clip_keys(source.info.features, settings)
-        prints = episode_fingerprints(source, settings, cams, lock["source"]["files"])
+        prints = episode_fingerprints(source, settings, cams, record["source"]["files"])
     except SourceReadError as e:  # the network, not the source: the same command is the fix, as below
         raise _rerun_hint(e, f"nothing was written to {out}: rerun the same command to try again") from e
     return _Plan(source=source, settings=settings, storage_options=storage_options, retry=retry, shards=shards,
                  mine=part_shards(len(shards), part), lengths={e.index: e.length for e in episodes},
-                 in_bytes=in_bytes, chunks_size=chunks_size, lock=lock, cams=cams, prints=prints,
+                 in_bytes=in_bytes, chunks_size=chunks_size, record=record, cams=cams, prints=prints,
                  shard_files=[episode_files(source, shard) for shard in shards])
 
 
@@ -223,9 +223,9 @@ def _prepare_out(out: str, plan: _Plan, part: tuple[int, int] | None, overwrite:
     def earlier_state() -> dict | None:
         """OUT's record when it holds an earlier state of this source (grown, shrunk, or a file a finished shard
         read changed): out/_update.py; None for a fresh OUT, a resume or --overwrite."""
-        old = read_lock(out) if existed and not overwrite else None
-        changed = old is not None and (lock_mismatch(old, plan.lock)
-                                       or finished_changed(out, old, plan.lock, plan.shard_files))
+        old = read_record(out) if existed and not overwrite else None
+        changed = old is not None and (record_mismatch(old, plan.record)
+                                       or finished_changed(out, old, plan.record, plan.shard_files))
         return old if changed else None
 
     # two runs over the same shards remove each other's temps: the second stops here (out/_locks.run_lock), before
@@ -237,14 +237,14 @@ def _prepare_out(out: str, plan: _Plan, part: tuple[int, int] | None, overwrite:
     if earlier_state() is not None:
         with transition_lock(out):  # one --part job makes the transition; the others then find it made
             if (old := earlier_state()) is not None and (
-                    state := plan_update(out, old, plan.lock, plan.prints)) is not None:
-                begin_update(out, old, plan.lock, state, plan.prints)
-    fresh = prepare_out(out, plan.lock, overwrite=overwrite)
-    if not locked:  # OUT was new (or --overwrite emptied it): the lock file is made in it now
+                    state := plan_update(out, old, plan.record, plan.prints)) is not None:
+                begin_update(out, old, plan.record, state, plan.prints)
+    fresh = prepare_out(out, plan.record, overwrite=overwrite)
+    if not locked:  # OUT was new (or --overwrite emptied it): the run lock's file is made in it now
         held.enter_context(run_lock(out, plan.mine, what))
     if not fresh:
-        check_source_files(out, plan.lock, plan.shard_files)
-    gen = generation(read_lock(out))
+        check_source_files(out, plan.record, plan.shard_files)
+    gen = generation(read_record(out))
     return _Prepared(existed=existed, fresh=fresh, generation=gen, state=read_state(out, gen) if gen > 1 else None)
 
 
@@ -286,7 +286,7 @@ def _run_jobs(out: str, plan: _Plan, prepared: _Prepared, workers: int, progress
 
 
 def _shard_job(out: str, plan: _Plan, prepared: _Prepared, shard: int) -> ShardJob:
-    files, episodes = plan.lock["source"]["files"], plan.shards[shard]
+    files, episodes = plan.record["source"]["files"], plan.shards[shard]
     return ShardJob(src=plan.source.url, storage_options=plan.storage_options, out=out, shard=shard,
                     episodes=tuple(episodes), settings=plan.settings, chunks_size=plan.chunks_size,
                     decode_threads=DECODE_THREADS,

@@ -173,7 +173,7 @@ def drop_unasked(settings: CompileSettings, fps: int, features: dict[str, dict[s
     """``settings`` without a ``--fps`` equal to the source's, and without ``--resize`` when every camera it names
     is already that size: they ask for nothing, so the compile is the plain one, byte for byte. Kept, they counted
     as transforms: the camera stats were recomputed from the decoded (lossy) frames in place of the recorder's, the
-    clips re-encoded, and the OUT lock differed from a run that left them out. A dataset with image features keeps
+    clips re-encoded, and the compile record differed from a run that left them out. A dataset with image features keeps
     its ``--resize`` (refused as before: a size for images is not supported)."""
     if settings.fps is not None and settings.fps == fps:
         settings = settings.replace(fps=None)

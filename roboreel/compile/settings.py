@@ -45,7 +45,7 @@ def x265_size_params(*, height: int, width: int) -> list[str]:
 
 @dataclass(frozen=True)
 class CompileSettings:
-    """How to compile. Every field is recorded in ``roboreel.json`` (``settings``) and in the OUT lock, so a
+    """How to compile. Every field is recorded in ``roboreel.json`` (``settings``) and in the compile record, so a
     resume or a ``--part`` job refuses to mix bytes made with different settings."""
 
     codec: Literal["hevc"] = "hevc"

@@ -2,7 +2,7 @@
 
 A clip is written under ``OUT/.roboreel-parts/clips/shard-<S>/`` as ``<episode>.<camera>.mp4`` and then a
 ``<episode>.<camera>.json`` naming its size, sha256, what the episode record and sidecar say about it, and the
-source video file it was made from (size and content hash from the OUT lock). The json is the commit mark: a clip
+source video file it was made from (size and content hash from the compile record). The json is the commit mark: a clip
 is reused by a rerun only when its json exists, the mp4 matches it, and the source file is still the one the
 lock records. Clips of a shard are deleted once the shard's tar is packed (_shardjob.py), so a finished compile
 holds no copies.
@@ -54,7 +54,7 @@ class ClipJob:
     episode: int
     camera: str
     settings: CompileSettings
-    source_file: dict[str, Any]  # the lock's {"size", "hash"} of the camera's source mp4
+    source_file: dict[str, Any]  # the record's {"size", "hash"} of the camera's source mp4
     decode_threads: int = 1
     retry: Retry | None = None  # transient faults of remote source reads retried (LeRobotSource)
 

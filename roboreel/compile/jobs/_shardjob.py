@@ -52,7 +52,7 @@ class ShardJob:
     episodes: tuple[int, ...]
     settings: CompileSettings
     chunks_size: int
-    files: dict[str, dict[str, Any]]  # the lock's {"size", "hash"} of the shard's source video files
+    files: dict[str, dict[str, Any]]  # the record's {"size", "hash"} of the shard's source video files
     decode_threads: int = 1
     retry: Retry | None = None  # transient faults of remote source reads retried (LeRobotSource)
     generation: int = 1  # OUT's compile generation (out/_update.py): names the tar, marks the sidecar

@@ -28,7 +28,7 @@ from typing import Any
 from roboreel.compile.out._locks import out_lock
 from roboreel.compile.out._pack import atomic_write
 from roboreel.compile.out._parts import read_sidecar, remove_clips_dir
-from roboreel.compile.out._record import lock_mismatch, read_lock
+from roboreel.compile.out._record import read_record, record_mismatch
 from roboreel.compile.out.paths import (
     DATA_DIR,
     DATA_FILE_NAME,
@@ -67,7 +67,7 @@ def plan_update(out: str, old: dict[str, Any], lock: dict[str, Any],
                 fps: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     """The reuse state of an update of ``out`` from ``old`` to ``lock``, or None when the two are not two states
     of one source compiled with the same settings (then the caller refuses as before)."""
-    diffs = lock_mismatch(old, lock)
+    diffs = record_mismatch(old, lock)
     if any(d.startswith("setting ") for d in diffs) or old.get("chunks_size") != lock.get("chunks_size"):
         return None
     state = _read_state(out, generation(old))
@@ -138,7 +138,7 @@ def begin_update(out: str, old: dict[str, Any], lock: dict[str, Any], state: dic
                  fps: dict[int, dict[str, Any]]) -> int:
     """Steps 2 of the module doc; returns how many shards were kept byte for byte."""
     gen = state["to"]
-    if generation(read_lock(out)) == gen:  # another --part job of this update got here first
+    if generation(read_record(out)) == gen:  # another --part job of this update got here first
         return 0
     atomic_write(os.path.join(out, UPDATE_STATE), (json.dumps(state) + "\n").encode())
     old_sides = _old_sidecars(out, old)

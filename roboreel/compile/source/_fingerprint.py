@@ -39,7 +39,7 @@ def episode_fingerprints(source: LeRobotSource, settings: CompileSettings, cams:
                          files: dict[str, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """``{episode: {"episode": fp | None, "clips": {camera: fp | None}}}`` for every source episode.
 
-    Reads only meta/ (already loaded) and the lock's file checksums: O(episodes), no decode, no data read."""
+    Reads only meta/ (already loaded) and the record's file checksums: O(episodes), no decode, no data read."""
     # x265's parameters as this roboreel derives them from the settings (the size-dependent ones follow from the
     # source's size and the settings, both hashed): a roboreel whose parameters differ makes other clips from the
     # same settings, so an update by it recompiles every clip rather than mixing the two.
