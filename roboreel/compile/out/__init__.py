@@ -37,7 +37,7 @@ from roboreel.compile.out._update import (
 )
 
 __all__ = ["ShardWriter", "atomic_write", "begin_update", "check_source_files", "clip_done", "entry_from_dict",
-           "finished_changed", "generation", "is_compile_dir", "record_mismatch", "make_record", "out_lock", "paths",
-           "plan_update", "prepare_out", "read_clip", "read_record", "read_reused", "read_state", "remove_clips",
+           "finished_changed", "generation", "is_compile_dir", "make_record", "out_lock", "paths", "plan_update",
+           "prepare_out", "read_clip", "read_record", "read_reused", "read_state", "record_mismatch", "remove_clips",
            "remove_clips_dir", "remove_stale_temps", "remove_unused", "reuse_for", "run_lock", "shard_done",
            "snapshot_source", "sweep_clip_temps", "sweep_temps", "transition_lock", "write_snapshot"]

@@ -127,7 +127,10 @@ def encode_clip(
     target's ``size`` / ``method``: resize (resize.py); its stats frames' encoder input is kept as downsampled RGB
     for the camera's stats (tables/_stats.py), in ``Clip.stats_rgb``. ``give_up_below``: raise BelowFloor as
     soon as a checked frame comes back under it (the floor's try at this CRF has failed: encoding the rest of the
-    episode would be wasted)."""
+    episode would be wasted).
+
+    Longer than most functions here (~85 lines): the stream is opened on the first frame (its size and colour tags
+    come from it), and the frame loop, the flush and the error translation share that one open container."""
     settings, where, episode, size, method = target.settings, target.where, target.episode, target.size, target.method
     stats_frames = target.stats_frames(length)
     buf = io.BytesIO()
