@@ -5,9 +5,9 @@ at its own size and resized (``--sizes``), what each choice costs a reader and w
 - PNG as LeRobot's image writer makes it (Pillow, ``compress_level=1``) and JPEG (quality 95, another common
   Hub encoding): bytes per frame, CPU per decoded frame with Pillow (to uint8, as ``reader/decode/images.py``
   decodes before its float conversion), exact or not;
-- HEVC clips: roboreel's video encoder at its defaults (``compile.transcode.encode_clip``: 4:2:0, CRF 24), each
+- HEVC clips: roboreel's video encoder at its defaults (``compile.video.encode_clip``: 4:2:0, CRF 24), each
   rung of the image-clip ladder alone (``--rungs``: yuv420p / yuv444p at CRF 24, 16, 12, and gbrp lossless), and
-  what ``--images clips`` picks (``compile.imageclips.encode_image_clip``): bytes per frame, CPU per frame
+  what ``--images clips`` picks (``compile.video.encode_image_clip``): bytes per frame, CPU per frame
   decoding it front to back with torchcodec on one thread (uint8 RGB), and PSNR of every frame in RGB against
   the source frame (what a LeRobot user's sample would differ by).
 CPU time (``time.process_time``), medians of ``--rounds`` alternated rounds, one torch/FFmpeg thread, so a shared
@@ -54,24 +54,24 @@ def encode_images(frames: list[np.ndarray], fmt: str) -> list[bytes]:
 
 def hevc_clip(frames: list[np.ndarray], fps: int) -> bytes:
     from roboreel.compile.settings import CompileSettings
-    from roboreel.compile.transcode import encode_clip
+    from roboreel.compile.video import EncodeTarget, encode_clip
 
     src = (av.VideoFrame.from_ndarray(a, format="rgb24") for a in frames)
-    return encode_clip(src, length=len(frames), fps=fps, settings=CompileSettings(), where="bench", episode=0).data
+    return encode_clip(src, EncodeTarget(CompileSettings(), "bench", 0), length=len(frames), fps=fps).data
 
 
 def rung_clip(frames: list[np.ndarray], fps: int, pix_fmt: str, crf: int | None) -> bytes:
-    from roboreel.compile.imageclips import _encode
     from roboreel.compile.settings import CompileSettings
+    from roboreel.compile.video._imageclips import _encode
 
     h, w = frames[0].shape[:2]
-    return _encode(frames, frames.__getitem__, fps=fps, settings=CompileSettings(), pix_fmt=pix_fmt, crf=crf,
-                   height=h, width=w, progress=None)
+    return _encode(frames, frames.__getitem__, fps=fps, settings=CompileSettings(), rung=(pix_fmt, crf),
+                   size=(h, w), progress=None)
 
 
 def ladder_clip(frames: list[np.ndarray], fps: int) -> tuple[bytes, str]:
-    from roboreel.compile.imageclips import encode_image_clip
     from roboreel.compile.settings import CompileSettings
+    from roboreel.compile.video import encode_image_clip
 
     clip = encode_image_clip(encode_images(frames, "PNG"), key="bench", fps=fps, settings=CompileSettings(),
                              where="bench", episode=0)

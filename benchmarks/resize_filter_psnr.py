@@ -29,7 +29,7 @@ import av
 import numpy as np
 import torch
 
-from roboreel.compile.resize import resize_frame
+from roboreel.compile.video import resize_frame
 
 
 def _psnr(a: np.ndarray, b: np.ndarray) -> float:

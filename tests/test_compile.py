@@ -22,10 +22,10 @@ from support.settings import FAST
 from torchcodec.decoders import VideoDecoder
 
 from roboreel.compile import CompileSettings, compile_dataset, finalize
-from roboreel.compile.decode import SourceVideo
 from roboreel.compile.report import CompileReport
-from roboreel.compile.rowgroups import episode_row_groups
-from roboreel.compile.transcode import psnr, transcode_span
+from roboreel.compile.source import SourceVideo
+from roboreel.compile.tables import episode_row_groups
+from roboreel.compile.video import EncodeTarget, psnr, transcode_span
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import load_manifest
@@ -294,8 +294,8 @@ def test_span_not_starting_on_keyframe_is_reencoded(source_factory):
     ep = src.episodes[0]
     video = SourceVideo(src, ep.videos["cam"].path, fps=src.fps, keep_packets=True)
     try:
-        clip = transcode_span(video, from_s=3 / src.fps, length=12, settings=TEST, episode=0, where="test")
-        whole = transcode_span(video, from_s=0.0, length=30, settings=TEST, episode=0, where="test")
+        clip = transcode_span(video, EncodeTarget(TEST, "test", 0), from_s=3 / src.fps, length=12)
+        whole = transcode_span(video, EncodeTarget(TEST, "test", 0), from_s=0.0, length=30)
     finally:
         video.close()
     assert clip.mode == "encode" and clip_codes(clip.data) == [FrameCode(3 + k, 0, 0) for k in range(12)]

@@ -19,10 +19,8 @@ from support.settings import FAST
 
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.compile import CompileSettings, compile_dataset
-from roboreel.compile.clipproof import check_clip_timing
-from roboreel.compile.clips import CLIPS_DIR
-from roboreel.compile.copypolicy import leading_frame
-from roboreel.compile.transcode import encode_clip
+from roboreel.compile.out.paths import CLIPS_DIR
+from roboreel.compile.video import EncodeTarget, check_clip_timing, encode_clip, leading_frame
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 from roboreel.reader import CompiledDataset
 from roboreel.synth import SynthConfig, synthesize
@@ -156,7 +154,7 @@ def test_clip_timing_is_proven_from_the_container():
     pts k/fps proven by demuxing alone: a wrong length, a wrong rate and bytes that are no mp4 are each refused,
     naming the clip and episode."""
     frames = (av.VideoFrame.from_ndarray(np.full((64, 64, 3), 20 * k, np.uint8), format="rgb24") for k in range(6))
-    clip = encode_clip(frames, length=6, fps=10, settings=FAST, where="c.mp4", episode=2)
+    clip = encode_clip(frames, EncodeTarget(FAST, "c.mp4", 2), length=6, fps=10)
     check_clip_timing(clip.data, length=6, fps=10, where="c.mp4", episode=2)
     with pytest.raises(CompiledFormatError, match="holds 6 frames, the episode 7") as err:
         check_clip_timing(clip.data, length=7, fps=10, where="c.mp4", episode=2)

@@ -21,9 +21,14 @@ from support.settings import FAST
 from torchcodec.decoders import VideoDecoder
 
 from roboreel.compile import compile_dataset
-from roboreel.compile.floorcheck import InFlightCheck, psnr
-from roboreel.compile.segments import encode_segmented
-from roboreel.compile.transcode import encode_clip, encoder_input
+from roboreel.compile.video import (
+    EncodeTarget,
+    InFlightCheck,
+    encode_clip,
+    encode_segmented,
+    encoder_input,
+    psnr,
+)
 from roboreel.formats.errors import RoboreelError
 from roboreel.reader import CompiledDataset
 
@@ -176,7 +181,7 @@ def test_tags_changing_within_an_episode_stop_the_encode():
     frames = _frames([(TV, BT709)] * 3 + [(PC, BT709)] * 3)
     with pytest.raises(RoboreelError, match=r"colour tags change within the episode \(color_range tv \(limited\) "
                        r"became pc \(full\)\).*c\.mp4, episode 4, frame 3"):
-        encode_clip(iter(frames), length=6, fps=10, settings=FAST, where="c.mp4", episode=4)
+        encode_clip(iter(frames), EncodeTarget(FAST, "c.mp4", 4), length=6, fps=10)
 
 
 @pytest.mark.parametrize("floor", [40.0, 0.0])  # GOP by GOP (segments.py) and whole clips
@@ -190,18 +195,16 @@ def test_a_tag_x265_cannot_write_stops_the_encode(floor):
     with pytest.raises(RoboreelError, match=r"cannot carry the source's colour tags: x265 refuses color_primaries "
                        r"ebu3213 \(c\.mp4, episode 1\)"):
         if floor:
-            encode_segmented(iter(frames), length=4, fps=10, settings=settings, where="c.mp4", episode=1,
-                             size=None, method="bilinear", stats_frames=(), progress=None, to_input=encoder_input,
-                             mux_options={})
+            encode_segmented(iter(frames), EncodeTarget(settings, "c.mp4", 1, method="bilinear"), length=4, fps=10,
+                             progress=None, to_input=encoder_input, mux_options={})
         else:
-            encode_clip(iter(frames), length=4, fps=10, settings=settings, where="c.mp4", episode=1)
+            encode_clip(iter(frames), EncodeTarget(settings, "c.mp4", 1), length=4, fps=10)
 
 
 def test_a_tag_lost_in_the_bitstream_is_caught_in_flight():
     """Were a tag lost between x265's input and its bitstream (an encoder that drops it), the in-flight decode
     of every packet sees the difference: the clip is refused, not muxed with other colours."""
-    from roboreel.compile.floorcheck import ColourNotCarried
-    from roboreel.compile.sws import ColourTags
+    from roboreel.compile.video import ColourNotCarried, ColourTags
 
     enc = av.CodecContext.create("libx265", "w")
     enc.width, enc.height, enc.pix_fmt, enc.time_base = 64, 64, "yuv420p", Fraction(1, 10)
@@ -219,8 +222,7 @@ def test_a_tag_lost_in_the_bitstream_is_caught_in_flight():
 def test_untagged_clip_has_no_colour_description():
     """An untagged source's clip is what an encoder never told about colour writes: no colour description."""
     frames = _frames([(0, UNSPEC)] * 4)
-    clip = encode_clip(iter(frames), length=4, fps=10, settings=FAST, where="c.mp4",
-                       episode=0)
+    clip = encode_clip(iter(frames), EncodeTarget(FAST, "c.mp4", 0), length=4, fps=10)
     with av.open(io.BytesIO(clip.data)) as c:
         cc = c.streams.video[0].codec_context
         assert (cc.colorspace, cc.color_primaries, cc.color_trc) == (UNSPEC, UNSPEC, UNSPEC)

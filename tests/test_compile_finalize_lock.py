@@ -16,7 +16,7 @@ import pytest
 from test_compile import assert_same_tree
 
 from roboreel.compile import finalize
-from roboreel.compile.outlock import FINALIZE_LOCK
+from roboreel.compile.out.paths import FINALIZE_LOCK
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.manifest import MANIFEST_NAME
 

@@ -1,4 +1,4 @@
-"""The fidelity floor GOP by GOP (compile/segments.py): a clip whose frames all hold the floor is the very clip a
+"""The fidelity floor GOP by GOP (compile/video/_segments.py): a clip whose frames all hold the floor is the very clip a
 plain encode makes; a hard GOP is re-encoded alone at a lower CRF while the GOPs before it keep their packets
 byte for byte; every frame of the result, decoded independently (torchcodec, from the mp4), holds the floor;
 where the GOP-by-GOP encode cannot go on, the whole clip is re-encoded as before, and compiles stay byte-identical
@@ -18,9 +18,16 @@ import torch
 from torchcodec.decoders import VideoDecoder
 
 from roboreel.compile import CompileSettings
-from roboreel.compile.floorcheck import psnr
-from roboreel.compile.segments import SegmentsUnavailable, encode_segmented, parameter_sets
-from roboreel.compile.transcode import _MUX_OPTIONS, encode_clip, encoder_input
+from roboreel.compile.video import (
+    EncodeTarget,
+    SegmentsUnavailable,
+    encode_clip,
+    encode_segmented,
+    encoder_input,
+    parameter_sets,
+    psnr,
+)
+from roboreel.compile.video._transcode import _MUX_OPTIONS
 
 GOP, H, W, FPS = 8, 64, 96, 10
 HARD = 3  # the GOP whose frames are hard to code
@@ -46,9 +53,8 @@ def _inputs(length: int) -> list[np.ndarray]:
 
 
 def _segmented(settings: CompileSettings, length: int):
-    return encode_segmented(_frames(length), length=length, fps=FPS, settings=settings, where="test.mp4",
-                            episode=0, size=None, method="area", stats_frames=(), progress=None,
-                            to_input=encoder_input, mux_options=_MUX_OPTIONS)
+    return encode_segmented(_frames(length), EncodeTarget(settings, "test.mp4", 0, method="area"), length=length,
+                            fps=FPS, progress=None, to_input=encoder_input, mux_options=_MUX_OPTIONS)
 
 
 def _packets(data: bytes) -> list[tuple[int, bytes]]:
@@ -58,8 +64,8 @@ def _packets(data: bytes) -> list[tuple[int, bytes]]:
 
 def _scores(settings: CompileSettings, length: int) -> list[float]:
     """Every frame's PSNR for a plain encode at ``settings.crf`` (no floor)."""
-    clip = encode_clip(_frames(length), length=length, fps=FPS, settings=settings.replace(min_psnr=0.0,
-                       psnr_frames=length), where="t", episode=0)
+    clip = encode_clip(_frames(length), EncodeTarget(settings.replace(min_psnr=0.0, psnr_frames=length), "t", 0),
+                       length=length, fps=FPS)
     return clip.psnr
 
 
@@ -68,7 +74,7 @@ def test_a_clip_that_holds_the_floor_is_the_plain_encode():
     got = _segmented(s, 5 * GOP)
     data, scores, segments = got.data, got.scores, got.segments
     assert (got.height, got.width) == (H, W)
-    plain = encode_clip(_frames(5 * GOP), length=5 * GOP, fps=FPS, settings=s, where="t", episode=0)
+    plain = encode_clip(_frames(5 * GOP), EncodeTarget(s, "t", 0), length=5 * GOP, fps=FPS)
     assert segments == [(0, 20)]
     assert data == plain.data
     assert len(scores) == 5 * GOP and min(scores.values()) == plain.psnr_min
@@ -88,8 +94,8 @@ def test_a_hard_gop_is_re_encoded_alone_and_every_frame_holds_the_floor():
     assert segments[0] == (0, 30) and segments[1][0] == HARD * GOP and len(segments) >= 2, segments
     assert all(crf < 30 for _, crf in segments[1:])
     # the GOPs before the hard one keep the plain encode's packets, byte for byte
-    plain_data = encode_clip(_frames(length), length=length, fps=FPS, settings=base.replace(min_psnr=0.0),
-                             where="t", episode=0).data
+    plain_data = encode_clip(_frames(length), EncodeTarget(base.replace(min_psnr=0.0), "t", 0), length=length,
+                             fps=FPS).data
     before = [p for p in _packets(plain_data) if p[0] < HARD * GOP]
     assert [p for p in _packets(data) if p[0] < HARD * GOP] == before
     # every frame, decoded by torchcodec from the mp4, holds the floor; the in-flight scores are those frames'

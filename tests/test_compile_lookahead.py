@@ -10,8 +10,8 @@ import av
 import pytest
 from conftest import make_source
 
-from roboreel.compile.segments import parameter_sets
 from roboreel.compile.settings import X265_LOOKAHEAD, CompileSettings
+from roboreel.compile.video import parameter_sets
 
 
 @pytest.fixture(scope="module")

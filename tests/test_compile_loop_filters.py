@@ -13,7 +13,7 @@ import pytest
 from support.settings import FAST
 
 from roboreel.compile import CompileSettings, compile_dataset
-from roboreel.compile.outdir import lock_mismatch, make_lock
+from roboreel.compile.out import make_record, record_mismatch
 from roboreel.formats.manifest import load_manifest
 from roboreel.formats.shard import CLIP_SUFFIX, EpisodeRecord
 from roboreel.synth import FrameCode, read
@@ -81,10 +81,10 @@ def test_loop_filters_on_request_and_frames_still_exact(source_factory, tmp_path
 def test_a_lock_from_before_the_setting_means_filters_on(new: bool, refused: bool):
     """An OUT locked by an older roboreel (no ``loop_filters`` key) was encoded with x265's filters on: resuming it
     with them on is the same compile; with the new default it is refused, naming the setting."""
-    old = make_lock(url="src", fingerprint="f", settings=TEST, chunks_size=1000, shards=[[0]])
+    old = make_record(url="src", fingerprint="f", settings=TEST, chunks_size=1000, shards=[[0]])
     del old["settings"]["loop_filters"]
-    now = make_lock(url="src", fingerprint="f", settings=TEST.replace(loop_filters=new), chunks_size=1000,
+    now = make_record(url="src", fingerprint="f", settings=TEST.replace(loop_filters=new), chunks_size=1000,
                     shards=[[0]])
-    diffs = lock_mismatch(old, now)
+    diffs = record_mismatch(old, now)
     assert diffs == (["setting loop_filters: True vs False"] if refused else [])
     assert CompileSettings.from_dict(old["settings"]).loop_filters is True

@@ -14,8 +14,8 @@ from reliability import damage as D  # tests/ is on sys.path (rootdir conftest)
 from reliability.trees import assert_same_tree, temp_files
 
 from roboreel.compile import CompileSettings, compile_dataset
-from roboreel.compile.overlap import read_ahead
 from roboreel.compile.plan import plan_shards
+from roboreel.compile.source import read_ahead
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.validate import validate

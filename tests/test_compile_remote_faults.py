@@ -22,7 +22,7 @@ from support.settings import FAST
 
 from roboreel.cli import main
 from roboreel.compile import compile_dataset
-from roboreel.compile.decode import SourceVideo
+from roboreel.compile.source import SourceVideo
 from roboreel.formats.errors import SourceError, SourceReadError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.manifest import MANIFEST_NAME
@@ -43,7 +43,7 @@ def test_faults_on_every_remote_file_are_retried_and_change_nothing(small_source
     faults = Faults(unavailable=0.4, reset=0.3, truncate=0.3, seed=1, max_faults_per_path=2)
     out = tmp_path / "out"
     with FaultyServer(small_source, faults=faults) as server:
-        report = compile_dataset(server.url, str(out), settings=TEST, workers=2, backoff_s=0.01)
+        report = compile_dataset(server.url, str(out), settings=TEST, workers=2, retry=Retry(backoff_s=0.01))
         faulted = {r.path for r in server.log if r.fault}
         kinds = server.faults_injected()
     assert report.finalized
@@ -58,13 +58,13 @@ def test_faults_on_every_remote_file_are_retried_and_change_nothing(small_source
 
 def test_retries_in_spawned_workers_are_logged_by_the_parent_like_its_own(small_source, small_compiled, tmp_path,
                                                                          caplog):
-    """A worker process sends its log records to the parent (compile/worklog.py): a read retried in a spawned
+    """A worker process sends its log records to the parent (compile/jobs/_worklog.py): a read retried in a spawned
     worker is logged at INFO by formats.transient through the parent's handlers (here caplog), as one retried in
     the parent is. 80% of requests fail (no backoff, a budget that cannot run out), so every process retries."""
     caplog.set_level(logging.INFO, logger="roboreel.formats.transient")
     out = tmp_path / "out"
     with FaultyServer(small_source, faults=Faults(unavailable=0.8, seed=2)) as server:
-        report = compile_dataset(server.url, str(out), settings=TEST, workers=2, retries=100, backoff_s=0.0)
+        report = compile_dataset(server.url, str(out), settings=TEST, workers=2, retry=Retry(100, 0.0))
     assert report.finalized
     assert_same_tree(out, small_compiled, ignore_source=True)
     retried = [r for r in caplog.records if r.name == "roboreel.formats.transient" and r.levelno == logging.INFO]
@@ -209,7 +209,7 @@ def test_a_missing_file_is_not_retried(small_source, copy_of, tmp_path, kind):
     with FaultyServer(root) as server:
         t0 = time.perf_counter()
         with pytest.raises(SourceError, match="missing file") as err:
-            compile_dataset(server.url, str(out), settings=TEST, retries=5, backoff_s=10.0)  # a retry waits 10 s
+            compile_dataset(server.url, str(out), settings=TEST, retry=Retry(5, 10.0))  # a retry waits 10 s
         seconds = time.perf_counter() - t0
         gets = [r for r in server.log if r.method == "GET" and r.path == f"/{rel}"]
     assert not isinstance(err.value, SourceReadError) and err.value.file == rel
@@ -224,7 +224,7 @@ def test_a_corrupt_video_is_a_data_fault_not_retried(small_source, copy_of, tmp_
     out = tmp_path / "out"
     with FaultyServer(root) as server:
         with pytest.raises(SourceError, match="cannot decode video|video skips frames") as err:
-            compile_dataset(server.url, str(out), settings=TEST, retries=5, backoff_s=10.0)  # a retry waits 10 s
+            compile_dataset(server.url, str(out), settings=TEST, retry=Retry(5, 10.0))  # a retry waits 10 s
         gets = [r for r in server.log if r.method == "GET" and r.path == f"/{fault.file}"]
     assert not isinstance(err.value, SourceReadError)
     assert (err.value.file, err.value.episode) == (fault.file, fault.episodes[0])

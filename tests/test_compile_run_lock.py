@@ -17,7 +17,7 @@ import pytest
 from test_compile import TEST, assert_same_tree
 
 from roboreel.compile import compile_dataset
-from roboreel.compile.outlock import RUN_LOCK
+from roboreel.compile.out.paths import RUN_LOCK
 from roboreel.formats.errors import RoboreelError
 from roboreel.validate import validate
 

@@ -1,4 +1,4 @@
-"""compile/sws.py: conversions through reused per-thread swscale contexts give the pixels a fresh
+"""compile/video/_sws.py: conversions through reused per-thread swscale contexts give the pixels a fresh
 ``frame.reformat`` / ``to_ndarray(format=...)`` gives, whatever the uses interleaved and on several threads."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import make_source
 
-from roboreel.compile import sws
-from roboreel.compile.resize import SWS_FILTERS, resize_frame
+from roboreel.compile.video import SWS_FILTERS, resize_frame
+from roboreel.compile.video import _sws as sws
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,8 @@ from support.settings import FAST
 
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.compile import CompileSettings, compile_dataset
-from roboreel.compile.resample import check_transform
-from roboreel.compile.resize import DEPTH_FILTER, resize_frame
+from roboreel.compile.source import check_transform
+from roboreel.compile.video import DEPTH_FILTER, resize_frame
 from roboreel.doctor.dataset import check_dataset
 from roboreel.doctor.env import CudaInfo
 from roboreel.formats.lerobot_v3 import LeRobotSource

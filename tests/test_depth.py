@@ -169,7 +169,7 @@ def test_validate_clean_on_depth_source_and_compiled(pair):
 def test_lossy_depth_is_a_validate_error_and_the_reader_refuses_it(tmp_path, monkeypatch):
     """A depth camera compiled through the RGB path (what older roboreel versions did): validate reports
     depth-lossy and the channel/bit-depth mismatch; CompiledDataset refuses to read it."""
-    from roboreel.compile import clips
+    from roboreel.compile.jobs import _clips as clips
 
     src = _source(tmp_path / "src")
     monkeypatch.setattr(clips, "is_depth", lambda feature: False)  # the old compile: depth through 8-bit RGB

@@ -27,7 +27,7 @@ import roboreel
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.cli import main as cli_main
 from roboreel.compile import CompileSettings, compile_dataset
-from roboreel.compile.imageclips import clip_keys, encode_image_clip, image_clip_keys, kept_images
+from roboreel.compile.video import clip_keys, encode_image_clip, image_clip_keys, kept_images
 from roboreel.formats.manifest import load_manifest
 from roboreel.formats.merge import MixtureMismatch
 from roboreel.reader import CompiledDataset

@@ -1,6 +1,6 @@
-"""The package's shape holds: reader/'s rooms import one way, no module imports itself back (not even for types),
-and ``roboreel --help`` speaks to users. Read from the source with ``ast``, so a new import that breaks the
-layout fails here, not in review."""
+"""The package's shape holds: reader/'s and compile/'s rooms import one way, no module imports itself back (not
+even for types), and ``roboreel --help`` speaks to users. Read from the source with ``ast``, so a new import that
+breaks the layout fails here, not in review."""
 
 from __future__ import annotations
 
@@ -101,3 +101,101 @@ def test_help_tells_a_user_what_the_tool_does_and_the_usual_order():
     usual = out[out.index("usual order"):]
     order = [usual.index(v) for v in ("roboreel compile SRC OUT", "roboreel validate OUT", "roboreel lerobot-train")]
     assert order == sorted(order)
+
+
+# compile/'s rooms, each importing only the rooms before it (docs/architecture.md); the top-level modules (the
+# phases: plan, pipeline, finalize, report) may import any room, a room only settings of them
+COMPILE_ROOMS = ("source", "out", "tables", "video", "jobs")
+
+
+def _compile_room(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[2] in COMPILE_ROOMS else "top"
+
+
+def test_compile_rooms_import_one_way_through_their_faces():
+    """A room reaches another only through its face (its ``__init__`` or a public module such as out/paths.py),
+    and only a room before it; a room's own modules are private (``_name.py``) unless they are part of its face."""
+    wrong = []
+    for m, deps in _graph().items():
+        if not m.startswith("roboreel.compile."):
+            continue
+        mine = _compile_room(m)
+        for i in deps:
+            theirs = _compile_room(i)
+            if not i.startswith("roboreel.compile.") or theirs == mine:
+                continue
+            if theirs == "top":
+                ok = mine == "top" or i == "roboreel.compile.settings"
+            else:
+                ok = (mine == "top" or COMPILE_ROOMS.index(theirs) < COMPILE_ROOMS.index(mine)) and not any(
+                    p.startswith("_") for p in i.split(".")[3:])
+            if not ok:
+                wrong.append((m, i))
+    assert wrong == []
+    public = sorted(_module(p) for room in COMPILE_ROOMS for p in (PKG / "compile" / room).glob("*.py")
+                    if not p.name.startswith("_"))
+    assert public == ["roboreel.compile.out.paths"]
+
+
+def test_faces_list_their_names_sorted():
+    for room in ("compile", *(f"compile/{r}" for r in COMPILE_ROOMS)):
+        tree = ast.parse((PKG / room / "__init__.py").read_text())
+        names = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                     and any(getattr(t, "id", None) == "__all__" for t in n.targets))
+        assert names == sorted(names), room
+
+
+# option objects: one value however many knobs they hold (a keyword dict of fsspec options counts as one too)
+OPTION_TYPES = {"CompileSettings", "Retry", "EncodeTarget"}
+MAX_PARAMETERS = 8
+
+
+def _counted(args: ast.arguments) -> list[str]:
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+    return [a.arg for i, a in enumerate(every) if not (i == 0 and a.arg in ("self", "cls"))
+            and not (a.annotation is not None and OPTION_TYPES & {n.id for n in ast.walk(a.annotation)
+                                                                 if isinstance(n, ast.Name)})
+            and not a.arg.endswith("_options")]
+
+
+def test_compile_functions_take_at_most_eight_parameters():
+    """Every function, method and ``__init__`` of compile/ takes at most 8 parameters besides ``self`` and option
+    objects: a longer list is a value waiting to be named (as EncodeTarget was). Dataclass fields are not
+    parameters here: a record (CompileSettings, Clip, CompileReport, the jobs) is built by keyword, field by
+    field, and is itself the value that keeps other signatures short."""
+    wrong = [(_module(p), n.name, len(_counted(n.args)))
+             for p in (PKG / "compile").rglob("*.py") for n in ast.walk(ast.parse(p.read_text()))
+             if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and len(_counted(n.args)) > MAX_PARAMETERS]
+    assert wrong == []
+
+
+# the names of what only a compile writes inside OUT, and formats/' names for what readers find there (meta/ and
+# data/ are LeRobot's layout, a source's as much as OUT's, and the prefix of LeRobot's column names: not checked)
+OUT_SPELLINGS = (".roboreel-parts", ".roboreel-compile", "roboreel.json", "update.json", ".lock", "shard-",
+                 "shards/", "index/")
+OUT_NAMES_IN_FORMATS = {"MANIFEST_NAME", "COMPILE_LOCK_NAME", "SHARD_DIR", "INDEX_DIR", "shard_path",
+                        "DEFAULT_DATA_PATH", "DEFAULT_VIDEO_PATH", "EPISODES_PATH"}
+
+
+def _code_strings(tree: ast.AST) -> list[str]:
+    """String constants that are not docstrings (which may describe OUT's layout freely)."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs]
+
+
+def test_only_out_paths_spells_where_things_go_in_out():
+    """OUT's layout is written down once, in compile/out/paths.py: no other compile module spells a path inside
+    OUT or imports formats/' names for one (messages name OUT's files through paths.py's names too)."""
+    wrong = []
+    for p in (PKG / "compile").rglob("*.py"):
+        if p == PKG / "compile" / "out" / "paths.py":
+            continue
+        tree = ast.parse(p.read_text())
+        wrong += [(_module(p), s) for s in _code_strings(tree) if any(w in s for w in OUT_SPELLINGS)]
+        wrong += [(_module(p), a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                  and (n.module or "").startswith("roboreel.formats") for a in n.names if a.name in OUT_NAMES_IN_FORMATS]
+    assert wrong == []

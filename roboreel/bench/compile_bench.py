@@ -38,9 +38,8 @@ import av
 import numpy as np
 
 from roboreel.compile import CompileSettings, compile_dataset
-from roboreel.compile.decode import SourceVideo
-from roboreel.compile.plan import camera_hw
-from roboreel.compile.transcode import psnr
+from roboreel.compile.source import SourceVideo, camera_hw
+from roboreel.compile.video import psnr
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.shard import CLIP_SUFFIX
 

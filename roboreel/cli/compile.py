@@ -109,6 +109,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from roboreel.compile import CompileSettings, compile_dataset, finalize
     from roboreel.compile.plan import parse_part
+    from roboreel.formats.transient import Retry
 
     if args.finalize is not None:
         if args.src is not None or args.out is not None:
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     report = compile_dataset(
         src, out, settings=settings, workers=args.workers,
         part=parse_part(args.part) if args.part else None, progress=not (args.no_progress or args.json),
-        overwrite=args.overwrite, retries=args.retries, backoff_s=args.backoff_s,
+        overwrite=args.overwrite, retry=Retry(args.retries, args.backoff_s),
     )
     print(report.to_json() if args.json else report.summary(), end="" if args.json else "\n")
     return 0

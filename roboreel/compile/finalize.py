@@ -24,24 +24,42 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from roboreel._version import __version__
-from roboreel.compile.imageclips import RGB8_CLIP_FORMATS, clip_keys
-from roboreel.compile.outdir import LOCK_NAME, SNAPSHOT_DIR, read_lock, snapshot_source
-from roboreel.compile.outlock import FINALIZE_LOCK, out_lock
-from roboreel.compile.pack import atomic_write, remove_stale_temps
-from roboreel.compile.plan import camera_hw
-from roboreel.compile.resample import frame_step, kept_length
-from roboreel.compile.resize import transform_record
+from roboreel.compile.out import (
+    atomic_write,
+    entry_from_dict,
+    generation,
+    out_lock,
+    read_record,
+    remove_stale_temps,
+    remove_unused,
+    shard_done,
+    snapshot_source,
+)
+from roboreel.compile.out.paths import (
+    DATA_PATH_TEMPLATE,
+    FINALIZE_LOCK,
+    MANIFEST,
+    META_EPISODES,
+    META_INFO,
+    META_STATS,
+    META_TASKS,
+    RECORD,
+    SNAPSHOT_DIR,
+    UPDATE_STATE,
+    VIDEO_PATH_TEMPLATE,
+    index_dir,
+)
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.shardjob import entry_from_dict, shard_done
-from roboreel.compile.stats import dataset_stats, episode_columns
-from roboreel.compile.update import UPDATE_NAME, generation, index_dir, remove_unused
+from roboreel.compile.source import camera_hw, frame_step, kept_length
+from roboreel.compile.tables import dataset_stats, episode_columns
+from roboreel.compile.video import RGB8_CLIP_FORMATS, clip_keys, transform_record
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.depth import DEPTH_CHANNELS, is_depth
 from roboreel.formats.errors import CompiledFormatError, RoboreelError
 from roboreel.formats.index import FileIndex
 from roboreel.formats.index_write import IndexWriter
 from roboreel.formats.lerobot_v3 import read_parquet
-from roboreel.formats.manifest import MANIFEST_NAME, CameraSpec, Manifest, write_manifest
+from roboreel.formats.manifest import CameraSpec, Manifest, write_manifest
 from roboreel.formats.shard import table_to_parquet_bytes
 from roboreel.formats.table_features import IMAGE_DTYPE
 
@@ -68,7 +86,7 @@ class _Cameras:
         self.seen: dict[str, dict[str, set]] = {c: {"size": set(), "codec": set(), "gop": set(), "bframes": set(),
                                                     "pix_fmt": set()}
                                                 for c in cams}
-        self.stats: dict[int, dict[str, Any]] = {}  # episode -> its stats, when the compile transformed (stats.py)
+        self.stats: dict[int, dict[str, Any]] = {}  # episode -> its stats, when the compile transformed (tables/_stats.py)
         self.tars: list[str] = []  # the shard tars, in shard order
 
     def add(self, side: dict[str, Any]) -> None:
@@ -88,7 +106,7 @@ class _Cameras:
             seen = self.seen[cam]
             if len(seen["size"]) != 1:
                 raise CompiledFormatError(f"camera {cam!r} clips have several sizes {sorted(seen['size'])}")
-            # an image feature's clips may differ in chroma format by episode (imageclips.py's ladder): all 8-bit RGB
+            # an image feature's clips may differ in chroma format by episode (video/_imageclips.py's ladder): all 8-bit RGB
             if len(seen["pix_fmt"]) != 1 and not seen["pix_fmt"] <= RGB8_CLIP_FORMATS:
                 raise CompiledFormatError(f"camera {cam!r} clips have several pixel formats {sorted(seen['pix_fmt'])}")
             (h, w), gops, bfs = next(iter(seen["size"])), seen["gop"], seen["bframes"]
@@ -177,12 +195,13 @@ def compiled_features(features: dict[str, Any], specs: list[CameraSpec], setting
     return feats
 
 
-def _episodes_table(snapshot, lock: dict, ids: np.ndarray, shard_of: np.ndarray, cams: list[str],
+def _episodes_table(snapshot, lock: dict, placed: tuple[np.ndarray, np.ndarray], cams: list[str],
                     fps: int, step: int = 1, stats: dict[int, dict[str, Any]] | None = None,
                     keep: frozenset[str] = frozenset()) -> pa.Table:
-    """meta/episodes for the compiled layout; with ``step`` > 1 lengths and indices on the new grid
-    (resample.py), with ``stats`` its ``stats/`` columns replaced by the recomputed ones (stats.py), except
+    """meta/episodes for the compiled layout, ``placed``: the episode ids and the shard of each; with ``step`` > 1 lengths and indices on the new grid
+    (source/_resample.py), with ``stats`` its ``stats/`` columns replaced by the recomputed ones (tables/_stats.py), except
     those of the features in ``keep`` that the source has."""
+    ids, shard_of = placed
     tables = [read_parquet(snapshot.fs, snapshot.path(rel), rel) for rel in snapshot.episode_files()]
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
     table = table.take(pc.sort_indices(table, [("episode_index", "ascending")]))
@@ -230,22 +249,22 @@ WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, 
 def finalize(out: str) -> Manifest:
     """Write meta/ and the manifest of a compile whose shards all exist (see module doc).
 
-    One finalize at a time (outlock.py): the ``--part`` jobs that finish last together all finalize, and each
+    One finalize at a time (out/_locks.py): the ``--part`` jobs that finish last together all finalize, and each
     removes the temps a killed finalize left, which would include the other's unfinished writes. Whoever waits
     then rewrites the same bytes."""
     out = os.fspath(out)
-    if read_lock(out) is None:
+    if read_record(out) is None:
         raise CompiledFormatError("no compile lock: not a roboreel compile output", file=out)
     with out_lock(out, FINALIZE_LOCK, "finalizes"):
         try:
-            return _finalize(out, read_lock(out))
+            return _finalize(out, read_record(out))
         except OSError as e:
             if e.errno not in WRITE_ERRNOS:
                 raise
             # every write here is a temp + rename, so what stands in OUT is whole: the shards, and the index and
             # meta/ files written before the failure; a rerun rewrites the rest
             raise RoboreelError(f"finalize stopped by {type(e).__name__}: {e} (while writing the index, meta/ and "
-                                f"{MANIFEST_NAME}; the shards stay in {out}: rerun the same command to finish)") from e
+                                f"{MANIFEST}; the shards stay in {out}: rerun the same command to finish)") from e
 
 
 def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
@@ -253,8 +272,7 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
     snap = snapshot_source(out)
     info = snap.info
     cams = clip_keys(info.features, settings)  # video features, and image features made clips
-    for rel in (v3.INFO_PATH, v3.TASKS_PATH, v3.STATS_PATH, v3.EPISODES_PATH.format(chunk_index=0, file_index=0),
-                MANIFEST_NAME, LOCK_NAME, UPDATE_NAME):
+    for rel in (META_INFO, META_TASKS, META_STATS, META_EPISODES, MANIFEST, RECORD, UPDATE_STATE):
         # left by a finalize that was killed, or by a run killed while it wrote the lock or an update's state
         # (every shard is done: no run writes either any more)
         remove_stale_temps(os.path.join(out, rel))
@@ -277,8 +295,8 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         "total_tasks": len(tasks),
         "fps": fps,
         "chunks_size": int(lock["chunks_size"]),
-        "data_path": v3.DEFAULT_DATA_PATH,
-        "video_path": v3.DEFAULT_VIDEO_PATH if cams else None,
+        "data_path": DATA_PATH_TEMPLATE,
+        "video_path": VIDEO_PATH_TEMPLATE if cams else None,
         "features": features,
     }
     meta_files: dict[str, str] = {}  # what roboreel.json records of meta/ (validate and the reader check it)
@@ -287,9 +305,9 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         atomic_write(os.path.join(out, rel), data)
         meta_files[rel] = hashlib.sha256(data).hexdigest()
 
-    put(v3.INFO_PATH, (json.dumps(new_info, indent=4) + "\n").encode())
+    put(META_INFO, (json.dumps(new_info, indent=4) + "\n").encode())
     with snap.open(v3.TASKS_PATH) as f:
-        put(v3.TASKS_PATH, f.read())
+        put(META_TASKS, f.read())
     # --resize alone keeps every row as it is: the stats of the tabular features stay the source's (which need
     # not be what the recorder computed: lerobot-edit-dataset's recompute_stats --relative_action rewrites the
     # action's); the cameras' are recomputed from the frames written. --fps keeps other rows: all recomputed.
@@ -299,16 +317,16 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         if step == 1:
             keep = frozenset(k for k in src_stats if k in info.features and k not in cams)
         stats = {**dataset_stats(cameras.stats, info.features), **{k: src_stats[k] for k in keep}}
-        put(v3.STATS_PATH, (json.dumps(dict(sorted(stats.items())), indent=4) + "\n").encode())
+        put(META_STATS, (json.dumps(dict(sorted(stats.items())), indent=4) + "\n").encode())
     elif snap.exists(v3.STATS_PATH):
         with snap.open(v3.STATS_PATH) as f:
-            put(v3.STATS_PATH, f.read())
+            put(META_STATS, f.read())
     else:  # a source that has none (any more): the stats of an earlier compile of OUT must not stay
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(out, v3.STATS_PATH))
-    episodes = _episodes_table(snap, lock, ids, shard_of, info.camera_keys, fps, step,
+            os.unlink(os.path.join(out, META_STATS))
+    episodes = _episodes_table(snap, lock, (ids, shard_of), info.camera_keys, fps, step,
                                cameras.stats if settings.transforms else None, keep)
-    put(v3.EPISODES_PATH.format(chunk_index=0, file_index=0), table_to_parquet_bytes(episodes))
+    put(META_EPISODES, table_to_parquet_bytes(episodes))
 
     manifest = Manifest(
         fps=fps,
@@ -316,7 +334,7 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         cameras=specs,
         tasks=tasks,
         source={**lock["source"], "codebase_version": info.raw.get("codebase_version"),
-                "generation": generation(lock)},  # + 1 per update (update.py): a reader names the change
+                "generation": generation(lock)},  # + 1 per update (out/_update.py): a reader names the change
         settings={**settings.to_dict(), **transform_record(settings, info, specs, {c: camera_hw(info.features[c]) for c in cams}), "container": "mp4", "x265_params": {
             c.key: settings.x265_params(height=c.height, width=c.width) for c in specs if c.gop is not None}},
         created_by=f"roboreel {__version__}",

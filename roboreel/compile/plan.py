@@ -9,33 +9,22 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from roboreel.compile.resample import check_transform, frame_step
+from roboreel.compile.out.paths import MANIFEST
 from roboreel.compile.settings import CompileSettings, x265_size_params
+from roboreel.compile.source import camera_hw, check_transform, frame_step
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.columns import declared_type_problem, undeclared_columns
 from roboreel.formats.errors import SourceError
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
-from roboreel.formats.manifest import MANIFEST_NAME
 from roboreel.formats.table_features import image_keys, image_problem
-
-
-def camera_hw(feature: dict[str, Any]) -> tuple[int, int]:
-    """(height, width) of a video feature, from its ``info`` or its shape (HWC or CHW, by ``names``)."""
-    info = feature.get("info") or {}
-    if "video.height" in info and "video.width" in info:
-        return int(info["video.height"]), int(info["video.width"])
-    shape, names = list(feature.get("shape") or []), list(feature.get("names") or [])
-    if len(shape) == 3:
-        if names[:1] == ["channels"] or shape[0] in (1, 3) and shape[2] not in (1, 3):
-            return int(shape[1]), int(shape[2])
-        return int(shape[0]), int(shape[1])
-    raise SourceError(f"video feature has no height/width (shape {shape})", file=v3.INFO_PATH)
+from roboreel.formats.transient import is_local
 
 
 def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
@@ -44,10 +33,10 @@ def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
     Run before OUT is touched, so bad metadata never leaves anything behind.
     """
     info = source.info  # codebase_version, fps, features
-    if source.exists(MANIFEST_NAME):  # its meta/ reads as v3, but its frames live in shards, not videos/
+    if source.exists(MANIFEST):  # its meta/ reads as v3, but its frames live in shards, not videos/
         raise SourceError("is a roboreel compiled output, not a LeRobot v3 source: it is compiled already (read it "
                           "with roboreel.CompiledDataset; for other settings, compile the source it came from)",
-                          file=MANIFEST_NAME)
+                          file=MANIFEST)
     tasks = set(source.tasks.values())
     eps = source.episodes  # per-row consistency, duplicates
     if not eps:
@@ -100,7 +89,7 @@ def check_source(source: LeRobotSource) -> list[EpisodeMeta]:
             problem = declared_type_problem(info.features[key], schema.field(key).type)
             if problem:
                 raise SourceError(f"column {key!r} {problem}", file=rel, episode=ep)
-        for key in image_keys(info.features):  # rows without bytes are found when packing (shardjob.py)
+        for key in image_keys(info.features):  # rows without bytes are found when packing (jobs/_shardjob.py)
             problem = image_problem(pa.array([], type=schema.field(key).type))
             if problem:
                 raise SourceError(f"image feature {key!r} {problem}", file=rel, episode=ep)
@@ -167,6 +156,34 @@ def estimate_episode_bytes(
             est += e.length * sizes[span.path] / frames_in[span.path] * scale[cam]
         out[e.index] = est
     return out
+
+
+def check_apart(source: LeRobotSource, out: str) -> None:
+    """Refuse an OUT that is the (local) source or holds it: --overwrite, or the cleanup of a failed first compile,
+    removes OUT's contents, and with them the source."""
+    if not is_local(source.fs):
+        return
+    src, dest = os.path.realpath(source.root), os.path.realpath(out)
+    if os.path.commonpath([src, dest]) == dest:
+        raise ValueError(f"OUT {out} is SRC or a directory holding it ({src}): compile into a directory outside "
+                         "the source")
+
+
+def drop_unasked(settings: CompileSettings, fps: int, features: dict[str, dict[str, Any]]) -> CompileSettings:
+    """``settings`` without a ``--fps`` equal to the source's, and without ``--resize`` when every camera it names
+    is already that size: they ask for nothing, so the compile is the plain one, byte for byte. Kept, they counted
+    as transforms: the camera stats were recomputed from the decoded (lossy) frames in place of the recorder's, the
+    clips re-encoded, and the compile record differed from a run that left them out. A dataset with image features keeps
+    its ``--resize`` (refused as before: a size for images is not supported)."""
+    if settings.fps is not None and settings.fps == fps:
+        settings = settings.replace(fps=None)
+    if settings.resize is not None or settings.resize_cameras:
+        videos = {k: camera_hw(f) for k, f in features.items() if f.get("dtype") == "video"}
+        images = any(f.get("dtype") == "image" for f in features.values())
+        named = all(key in videos for key, _, _ in settings.resize_cameras)
+        if videos and named and not images and all(settings.camera_size(k, hw) == hw for k, hw in videos.items()):
+            settings = settings.replace(resize=None, resize_cameras=())
+    return settings
 
 
 SHARD_COUNT_STEPS = (24, 8, 4, 2, 1)  # preferred shard-count multiples, most divisible first (see plan_shards)

@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from roboreel.compile.shardjob import shard_done
+from roboreel.compile.out import shard_done
 
 _NUMBER = re.compile(r"\b\d+\b")
 
@@ -62,7 +62,7 @@ class CompileReport:
     images_kept: dict[str, str] = field(default_factory=dict)  # image features --images clips left encoded: why
     frames_out: int | None = None  # frames written, when --fps kept fewer than ``frames`` (source frames)
     fps_out: int | None = None
-    generation: int = 1  # OUT's compile generation: 1, then + 1 per update (compile/update.py)
+    generation: int = 1  # OUT's compile generation: 1, then + 1 per update (compile/out/_update.py)
     episodes_reused: int = 0  # episodes of this part taken as compiled from OUT's previous generation
     episodes_compiled: int = 0  # episodes of this part whose clips this run made (encoded or stream-copied)
     clips_previous: int = 0  # clips copied from OUT's previous generation (no decode, no encode)
@@ -129,16 +129,29 @@ class CompileReport:
         return json.dumps(self.to_dict(), indent=1) + "\n"
 
 
-def make_report(out: str, plan: list[list[int]], mine: list[int], compiled: int, part: tuple[int, int] | None,
-                finalized: bool, lengths: dict[int, int], work_frames: int, seconds: float, gen: int,
-                worked: set[int]) -> CompileReport:
-    """The report of this part from its sidecars (of generation ``gen``); ``worked``: the episodes of the shards
-    this run packed."""
+@dataclass(frozen=True)
+class RunFacts:
+    """What the run knows of itself that the sidecars do not say: its part, how many shards it packed and their
+    episodes (``worked``) and frames, its wall-clock seconds, whether it finalized."""
+
+    part: tuple[int, int] | None
+    compiled: int
+    worked: set[int]
+    work_frames: int
+    seconds: float
+    finalized: bool
+
+
+def make_report(out: str, plan: list[list[int]], mine: list[int], gen: int, lengths: dict[int, int],
+                run: RunFacts) -> CompileReport:
+    """The report of this part (shards ``mine`` of ``plan``) from its sidecars (of generation ``gen``)."""
+    compiled, part, finalized, seconds, worked = run.compiled, run.part, run.finalized, run.seconds, run.worked
+    work_frames = run.work_frames
     sides = [shard_done(out, i, gen) for i in mine]
     reused = {e for side in sides if side is not None for e in side.get("reused", [])}
     values: list[float] = []
     per_cam: dict[str, list[float]] = {}
-    floor_min: list[float] = []  # each re-encoded clip's lowest PSNR over every frame checked (transcode.py)
+    floor_min: list[float] = []  # each re-encoded clip's lowest PSNR over every frame checked (video/_transcode.py)
     encoded = remuxed = lossless = previous = unsampled = 0
     whys: list[str] = []
     for side in sides:

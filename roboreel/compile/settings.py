@@ -45,7 +45,7 @@ def x265_size_params(*, height: int, width: int) -> list[str]:
 
 @dataclass(frozen=True)
 class CompileSettings:
-    """How to compile. Every field is recorded in ``roboreel.json`` (``settings``) and in the OUT lock, so a
+    """How to compile. Every field is recorded in ``roboreel.json`` (``settings``) and in the compile record, so a
     resume or a ``--part`` job refuses to mix bytes made with different settings."""
 
     codec: Literal["hevc"] = "hevc"
@@ -55,9 +55,9 @@ class CompileSettings:
     bframes: int = 0  # B-frames make random access decode frames out of order and add latency: off by default
     reencode: bool = False  # force re-encoding of HEVC/H.264 sources that could be stream-copied
     resize: tuple[int, int] | None = None  # (height, width) of every camera, even numbers (yuv420p)
-    # (camera, height, width) per camera, over ``resize``; sorted by camera (compile/resize.py)
+    # (camera, height, width) per camera, over ``resize``; sorted by camera (compile/video/_resize.py)
     resize_cameras: tuple[tuple[str, int, int], ...] = ()
-    fps: int | None = None  # output frame rate; must divide the source's (compile/resample.py keeps every k-th frame)
+    fps: int | None = None  # output frame rate; must divide the source's (compile/source/_resample.py keeps every k-th frame)
     shard_size_mb: float = 128.0  # target shard size; a shard holds whole episodes, so sizes vary around it
     episodes_per_shard: int | None = None  # when set, overrides size-based planning
     psnr_frames: int = 4  # frames per re-encoded clip compared with the source decode for the PSNR report
@@ -67,10 +67,10 @@ class CompileSettings:
     # 1.8-2x slower than re-encoded, docs/format.md). LeRobot writes g=2; phones and recorders write 30-250.
     remux_max_gop: int = 32
     # Fidelity floor of re-encoded RGB (dB, every frame in RGB against the source decode): below it the clip is
-    # re-encoded at a lower CRF (down to ``crf - 12`` in steps of 4), then x265 lossless (transcode.py).
+    # re-encoded at a lower CRF (down to ``crf - 12`` in steps of 4), then x265 lossless (video/_transcode.py).
     min_psnr: float = 40.0
     # Image features (``dtype: "image"``, images in the data parquet): "clips" re-encodes RGB ones as HEVC clips
-    # held to ``min_psnr`` on every frame in RGB (compile/imageclips.py), faster to read than the images;
+    # held to ``min_psnr`` on every frame in RGB (compile/video/_imageclips.py), faster to read than the images;
     # "keep" carries the source's encoded images as they are (exact, LeRobot's own decode). Measured:
     # docs/benchmarks.md; docs/format.md, "Image features".
     images: Literal["clips", "keep"] = "clips"
@@ -134,7 +134,7 @@ class CompileSettings:
     @property
     def transforms(self) -> bool:
         """Whether the output differs from the source in more than encoding (size or frame rate): then stats are
-        recomputed for what is written (compile/stats.py)."""
+        recomputed for what is written (compile/tables/_stats.py)."""
         return self.resize is not None or bool(self.resize_cameras) or self.fps is not None
 
     def x265_params(self, *, height: int | None = None, width: int | None = None) -> str:
@@ -145,7 +145,7 @@ class CompileSettings:
         next keyframe cannot change how a frame is coded, so the bytes are those of the preset's own lookahead
         (tested: tests/test_compile_lookahead.py), but x265 emits each packet ``lookahead - gop`` frames sooner:
         13 frames after its input instead of 18 at veryfast (15) with gop 10, which is how far the fidelity floor's
-        check runs ahead of x265 before a failed GOP is re-encoded (segments.py).
+        check runs ahead of x265 before a failed GOP is re-encoded (video/_segments.py).
 
         ``pools=none`` (single-threaded x265) makes output byte-identical on any machine: x265's bytes depend on
         its thread-pool size (measured: pools=1, 2 and 8 give three different streams), so parallelism comes

@@ -37,7 +37,7 @@ FORMAT_NAME = "roboreel"
 FORMAT_VERSION = 2  # 2: per-episode/per-shard facts in the columnar index (index.py); 1: all in this JSON
 READABLE_VERSIONS = (1, 2)
 MANIFEST_NAME = "roboreel.json"
-COMPILE_LOCK_NAME = ".roboreel-compile.json"  # written by compile before anything else (compile/outdir.py)
+COMPILE_LOCK_NAME = ".roboreel-compile.json"  # written by compile before anything else (compile/out/_record.py)
 
 
 def unfinished_compile(exists: Callable[[str], bool], isdir: Callable[[str], bool], path: str) -> None:
@@ -379,7 +379,7 @@ def write_manifest(root: str | os.PathLike[str], manifest: Manifest) -> None:
 
 def transform_summary(settings: dict[str, Any]) -> str | None:
     """One line saying how a compile changed frame rate and camera sizes (``settings["transform"]``, written by
-    compile/resize.py), e.g. "20 -> 10 fps (every 2nd source frame); top 480x640 -> 224x224 (bilinear)"; None
+    compile/video/_resize.py), e.g. "20 -> 10 fps (every 2nd source frame); top 480x640 -> 224x224 (bilinear)"; None
     for a compile that kept both."""
     t = settings.get("transform")
     if not isinstance(t, dict):

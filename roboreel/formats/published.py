@@ -1,6 +1,6 @@
 """What a reader says when a file of the compiled version it opened is gone: the dataset was updated.
 
-A compile into an OUT that holds an earlier compile (compile/update.py) publishes the new ``roboreel.json`` by
+A compile into an OUT that holds an earlier compile (compile/out/_update.py) publishes the new ``roboreel.json`` by
 one rename, then removes the shard tars and index files only the older version used. A reader that opened the
 older version keeps reading it until it meets one of those files; then, instead of a bare "file not found",
 it says that the dataset was updated after it was opened and that reopening it reads the new version.

@@ -30,7 +30,7 @@ from support.datasets import assert_same_sample  # noqa: E402
 from support.settings import FAST
 
 from roboreel.compile import compile_dataset  # noqa: E402
-from roboreel.compile.floorcheck import psnr  # noqa: E402
+from roboreel.compile.video import psnr  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
 from roboreel.synth.content import render_frame  # noqa: E402
 from roboreel.validate import validate  # noqa: E402

@@ -19,7 +19,7 @@ from lerobot.datasets.dataset_tools import delete_episodes  # noqa: E402
 from support.settings import FAST
 
 from roboreel.compile import compile_dataset  # noqa: E402
-from roboreel.compile.floorcheck import psnr  # noqa: E402
+from roboreel.compile.video import psnr  # noqa: E402
 from roboreel.formats.manifest import load_manifest  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
 

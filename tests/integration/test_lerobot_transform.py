@@ -46,7 +46,7 @@ from torchvision.transforms.v2 import InterpolationMode, Resize  # noqa: E402
 
 from roboreel.cli import main as roboreel_main  # noqa: E402
 from roboreel.compile import CompileSettings, compile_dataset  # noqa: E402
-from roboreel.compile.floorcheck import psnr  # noqa: E402
+from roboreel.compile.video import psnr  # noqa: E402
 from roboreel.reader import CompiledDataset  # noqa: E402
 from roboreel.synth import SynthConfig, synthesize  # noqa: E402
 from roboreel.synth.content import render_frame  # noqa: E402

@@ -62,7 +62,7 @@ def test_source_and_compiled_errors_are_siblings():
 def test_a_compile_self_check_failure_is_a_compiled_format_error(small_source, tmp_path):
     """The compiler refuses a clip that does not hold the episode's frames: its own output's fault, not the
     source's, so it must not be reported as a SourceError."""
-    from roboreel.compile.clipproof import decode_clip
+    from roboreel.compile.video import decode_clip
 
     with pytest.raises(CompiledFormatError) as err:
         decode_clip(b"not an mp4", length=3, fps=20, where="clip.mp4", episode=1)

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from roboreel.compile.pack import ShardWriter
+from roboreel.compile.out import ShardWriter
 from roboreel.formats import manifest as mf
 from roboreel.formats import shard as sh
 from roboreel.formats.errors import CompiledFormatError

@@ -74,7 +74,7 @@ def assert_same_sample(got: dict[str, Any], want: dict[str, Any], cameras: list[
         if isinstance(w, torch.Tensor):
             assert isinstance(g, torch.Tensor) and g.dtype == w.dtype and g.shape == w.shape, (k, g, w)
             if k in cameras and min_psnr is not None:
-                from roboreel.compile.floorcheck import psnr
+                from roboreel.compile.video import psnr
 
                 pairs = zip(g.reshape(-1, *g.shape[-3:]), w.reshape(-1, *w.shape[-3:]), strict=True)
                 worst = min(psnr(a.numpy(), b.numpy()) for a, b in pairs)

@@ -7,7 +7,7 @@ re-encoded), the pixel format roboreel's RGB path carries (``yuv420p``; 10/12-bi
 close enough that a random frame costs few extra decodes (``CompileSettings.remux_max_gop``, 32: LeRobot writes
 g=2, phones and recorders 30-250; a 240-frame-GOP H.264 copy was measured reading 1.8-2x slower through
 ``roboreel.loader`` than its re-encode, docs/format.md), in closed GOPs (x265's default open GOP puts frames
-shown before a keyframe after it: a seek there cannot decode them). Depth clips follow their own rule (depth.py).
+shown before a keyframe after it: a seek there cannot decode them). Depth clips follow their own rule (_depth.py).
 
 Every refusal is a sentence that lands in the clip's json (``why``), so ``roboreel compile`` can say per clip what
 it did and why.
@@ -69,7 +69,7 @@ GRID_EPS_S = 1e-6  # "on the grid": what float arithmetic on exact time bases le
 
 def grid_refusal(packets: list[av.Packet], time_base: Fraction, fps: int) -> str | None:
     """Why a span's pts, counted from its first frame, are not k/fps (None: they are). A copy keeps the source's
-    pts; frames off the grid within LeRobot's tolerance (decode.py refuses the rest) would sit up to twice that
+    pts; frames off the grid within LeRobot's tolerance (source/_decode.py refuses the rest) would sit up to twice that
     far from the clip's first frame, where a reader checking k/fps refuses them: re-encoding writes k/fps."""
     pts = sorted(p.pts for p in packets if p.pts is not None)
     for k, p in enumerate(pts):

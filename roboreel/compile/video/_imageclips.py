@@ -30,10 +30,11 @@ from fractions import Fraction
 import av
 import numpy as np
 
-from roboreel.compile.clipproof import check_clip_timing
 from roboreel.compile.settings import CompileSettings, x265_size_params
-from roboreel.compile.sws import reformat, to_rgb24
-from roboreel.compile.transcode import _MUX_OPTIONS, Clip, next_crf, psnr, sample_indices
+from roboreel.compile.video._clipproof import check_clip_timing
+from roboreel.compile.video._floorcheck import next_crf, psnr
+from roboreel.compile.video._sws import reformat, to_rgb24
+from roboreel.compile.video._transcode import _MUX_OPTIONS, Clip, sample_indices
 from roboreel.formats.depth import is_depth
 from roboreel.formats.errors import RoboreelError, SourceError
 from roboreel.formats.images import ImageDecodeError, rgb_pixels
@@ -114,8 +115,9 @@ def _chroma_floor(frames: Sequence[np.ndarray]) -> float:
 
 
 def _encode(images: Sequence[bytes], pixels: Callable[[int], np.ndarray], *, fps: int, settings: CompileSettings,
-            pix_fmt: str, crf: int | None, height: int, width: int,
-            progress: Callable[[int], None] | None) -> bytes:
+            rung: tuple[str, int | None], size: tuple[int, int], progress: Callable[[int], None] | None) -> bytes:
+    """The images as one clip at a rung of the ladder: (pixel format, CRF; None: lossless), (height, width)."""
+    (pix_fmt, crf), (height, width) = rung, size
     buf = io.BytesIO()
     tb = Fraction(1, fps)
     params = settings.x265_params(height=height, width=width) + (":lossless=1" if crf is None else "")
@@ -175,8 +177,8 @@ def encode_image_clip(images: Sequence[bytes], *, key: str, fps: int, settings: 
     pix_fmt, crf = next(rungs)
     for attempt in range(64):  # bounded by the rungs (<= 2 x 13 CRFs + lossless)
         try:
-            data = _encode(images, pixels, fps=fps, settings=settings, pix_fmt=pix_fmt, crf=crf, height=height,
-                           width=width, progress=progress if attempt == 0 else None)
+            data = _encode(images, pixels, fps=fps, settings=settings, rung=(pix_fmt, crf), size=(height, width),
+                           progress=progress if attempt == 0 else None)
         except av.error.FFmpegError as e:
             raise RoboreelError(f"HEVC encode of image feature {key!r} failed: {e} ({where}, episode {episode})") \
                 from e

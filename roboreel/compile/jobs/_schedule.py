@@ -24,9 +24,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from roboreel.compile.clips import ClipJob, run_clip
-from roboreel.compile.shardjob import ShardJob, run_shard
-from roboreel.compile.worklog import Relay, parent_levels, send_to_parent
+from roboreel.compile.jobs._clips import ClipJob, run_clip
+from roboreel.compile.jobs._shardjob import ShardJob, run_shard
+from roboreel.compile.jobs._worklog import Relay, parent_levels, send_to_parent
 
 _PACK = 1 << 30  # order key of a shard's pack job: after its clips
 
@@ -42,7 +42,7 @@ _PROGRESS: Any = None  # a SimpleQueue to the parent: frames encoded, in batches
 def _init_worker(progress: Any, logs: Any, levels: dict[str, int]) -> None:
     global _PROGRESS
     _PROGRESS = progress
-    send_to_parent(logs, levels)  # e.g. a retried source read is logged as the parent's own (worklog.py)
+    send_to_parent(logs, levels)  # e.g. a retried source read is logged as the parent's own (_worklog.py)
     os.environ.setdefault("SVT_LOG", "1")
 
 

@@ -3,7 +3,7 @@
 A port of ``lerobot.datasets.compute_stats`` (Apache-2.0; lerobot 0.6.1: ``RunningQuantileStats``,
 ``get_feature_stats``, ``compute_episode_stats``, ``aggregate_stats``), so roboreel needs no LeRobot to write
 them: per episode, every non-string feature gets min / max / mean / std / count and the q01..q99 quantiles
-(histogram-estimated, 5000 bins); camera features are computed per channel over ``sample_indices(length)`` frames
+(histogram-estimated, 5000 bins); camera features are computed per channel over ``stats_sample_indices(length)`` frames
 subsampled to about 150 px (``auto_downsample_height_width``) and divided by 255 (depth maps are not); the
 dataset's stats.json aggregates the episodes' stats weighted by count (quantiles by a count-weighted mean), one
 episode at a time as LeRobot's recorder does (``dataset_stats``). Tabular stats come from the kept rows, camera
@@ -30,7 +30,7 @@ def estimate_num_samples(n: int, min_num: int = 100, max_num: int = 10_000, powe
     return max(min_num, min(int(n**power), max_num))
 
 
-def sample_indices(n: int) -> list[int]:
+def stats_sample_indices(n: int) -> list[int]:
     """The frames of an n-frame episode LeRobot samples for image stats."""
     return np.round(np.linspace(0, n - 1, estimate_num_samples(n))).astype(int).tolist()
 
@@ -151,11 +151,11 @@ def rows_stats(rows: Any, features: dict[str, dict[str, Any]],
     return out
 
 
-def to_json(stats: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, list]]:
+def stats_to_json(stats: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, list]]:
     return {k: {s: np.asarray(v).tolist() for s, v in d.items()} for k, d in stats.items()}
 
 
-def from_json(stats: dict[str, dict[str, list]]) -> dict[str, dict[str, np.ndarray]]:
+def stats_from_json(stats: dict[str, dict[str, list]]) -> dict[str, dict[str, np.ndarray]]:
     return {k: {s: np.asarray(v) for s, v in d.items()} for k, d in stats.items()}
 
 
@@ -187,10 +187,10 @@ def dataset_stats(episodes: dict[int, dict[str, dict[str, list]]],
     episodes at once rounds differently in the last bits."""
     per_feature: dict[str, dict[str, np.ndarray]] = {}
     for ep in sorted(episodes):
-        for key, st in from_json(episodes[ep]).items():
+        for key, st in stats_from_json(episodes[ep]).items():
             st = {k: v.astype(stats_dtype(features.get(key, {}), k, key)) for k, v in st.items()}
             per_feature[key] = aggregate([per_feature[key], st]) if key in per_feature else st
-    return to_json(dict(sorted(per_feature.items())))
+    return stats_to_json(dict(sorted(per_feature.items())))
 
 
 def episode_columns(order: list[int], episodes: dict[int, dict[str, dict[str, list]]]) -> dict[str, list]:

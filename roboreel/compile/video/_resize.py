@@ -16,7 +16,7 @@ from typing import Any
 import av
 import numpy as np
 
-from roboreel.compile.sws import ColourTags, to_yuv420p
+from roboreel.compile.video._sws import ColourTags, to_yuv420p
 from roboreel.formats.depth import is_depth
 
 SWS_FILTERS = {"area": "AREA", "bilinear": "BILINEAR", "bicubic": "BICUBIC", "lanczos": "LANCZOS",

@@ -6,10 +6,10 @@ Two paths:
   The clip carries the source's colour tags (range, matrix, primaries, transfer: sws.ColourTags) in its VUI,
   its samples unconverted, so a reader's decode turns it into the RGB LeRobot's decode makes of the source.
 - remux: an HEVC/H.264 yuv420p source span that starts on a keyframe, is closed in decode order and has no
-  keyframe interval over ``remux_max_gop`` (copypolicy.py) is stream-copied with timestamps rebased to 0, then
+  keyframe interval over ``remux_max_gop`` (_copypolicy.py) is stream-copied with timestamps rebased to 0, then
   proven pixel-identical to the source decode (else re-encoded).
 
-A resized (``size``, compile/resize.py) or resampled (``step``, compile/resample.py) span is always encoded.
+A resized (``size``, compile/video/_resize.py) or resampled (``step``, compile/source/_resample.py) span is always encoded.
 
 Every clip is decoded once after writing: it must hold exactly ``length`` frames at pts k/fps, in order.
 PSNR is measured in RGB, what a sample holds: the clip's frame converted to rgb24 against the encoder's input
@@ -21,16 +21,16 @@ frames, against LeRobotDataset's, went down to 36.9 dB.) For an 8-bit 4:2:0 sour
 LeRobot returns; for 10/12-bit or 4:4:4 sources the conversion to 8-bit 4:2:0 stays outside the floor: FFmpeg
 builds convert those differently (PyAV's and torchcodec's rgb24 of one 10-bit frame differ by 43.8 dB with no
 codec at all). A frame under ``min_psnr`` (40 dB) re-encodes the clip from that frame's GOP on at a lower CRF
-(segments.py: the GOPs before keep their packets), down to CRF - 12, then the whole clip with x265 ``lossless=1``:
+(_segments.py: the GOPs before keep their packets), down to CRF - 12, then the whole clip with x265 ``lossless=1``:
 every frame equal to its input, so content no CRF holds costs bytes, not a failed compile (``encode_with_floor``).
-Depth cameras never come here (depth.py).
+Depth cameras never come here (_depth.py).
 """
 
 from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import islice
@@ -39,10 +39,11 @@ from typing import Literal
 import av
 import numpy as np
 
-from roboreel.compile.clipproof import check_clip_timing, decode_clip, frame_digest
-from roboreel.compile.copypolicy import codec_refusal, gop_refusal, grid_refusal
-from roboreel.compile.decode import SourceVideo, SpanPackets
-from roboreel.compile.floorcheck import (  # noqa: F401  (re-exported)
+from roboreel.compile.source import SourceVideo, SpanPackets, kept_length, read_ahead
+from roboreel.compile.tables import downsample
+from roboreel.compile.video._clipproof import check_clip_timing, decode_clip, frame_digest
+from roboreel.compile.video._copypolicy import codec_refusal, gop_refusal, grid_refusal
+from roboreel.compile.video._floorcheck import (
     CRF_RANGE,
     BelowFloor,
     ColourNotCarried,
@@ -50,18 +51,13 @@ from roboreel.compile.floorcheck import (  # noqa: F401  (re-exported)
     colour_mismatch,
     floor_reference,
     next_crf,
-    psnr,
     unheld_colour,
     x265_refusal,
 )
-from roboreel.compile.overlap import read_ahead
-from roboreel.compile.resample import kept_length
-from roboreel.compile.resize import FILTER, resize_frame
-from roboreel.compile.segments import SegmentsUnavailable, encode_segmented
-from roboreel.compile.settings import CompileSettings
-from roboreel.compile.stats import downsample
-from roboreel.compile.stats import sample_indices as stats_sample_indices
-from roboreel.compile.sws import ColourTags, to_yuv420p
+from roboreel.compile.video._resize import resize_frame
+from roboreel.compile.video._segments import SegmentsUnavailable, encode_segmented
+from roboreel.compile.video._sws import ColourTags, to_yuv420p
+from roboreel.compile.video._target import EncodeTarget
 from roboreel.formats.errors import RoboreelError, SourceError
 
 _MUX_OPTIONS = {"fflags": "+bitexact"}  # no muxer version string: same bytes from any FFmpeg build that encodes alike
@@ -108,7 +104,7 @@ def sample_indices(length: int, n: int) -> list[int]:
 
 
 def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) -> av.VideoFrame:
-    """What x265 is given for a source frame: resized with ``method`` (resize.py) or only converted to yuv420p,
+    """What x265 is given for a source frame: resized with ``method`` (_resize.py) or only converted to yuv420p,
     either way in the source's own range and matrix, tagged with them (yuvj420p: the same bytes, full range;
     sws.to_yuv420p)."""
     if (frame.height, frame.width) != (height, width):
@@ -119,20 +115,24 @@ def encoder_input(frame: av.VideoFrame, height: int, width: int, method: str) ->
 
 
 def encode_clip(
-    frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str, episode: int,
-    progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None, method: str = FILTER,
-    stats_frames: Iterable[int] = (), lossless: bool = False, give_up_below: float | None = None,
+    frames: Iterator[av.VideoFrame], target: EncodeTarget, *, length: int, fps: int,
+    progress: Callable[[int], None] | None = None, lossless: bool = False, give_up_below: float | None = None,
 ) -> Clip:
-    """Encode exactly ``length`` frames to an HEVC mp4 clip (see module doc); ``progress(1)`` after each frame.
-    ``lossless``: x265 ``lossless=1`` instead of ``settings.crf`` (the floor's last rung, ``encode_with_floor``).
+    """Encode exactly ``length`` frames (the clip's, at ``fps``) to an HEVC mp4 clip (see module doc);
+    ``progress(1)`` after each frame. ``lossless``: x265 ``lossless=1`` instead of the target's CRF (the floor's
+    last rung, ``encode_with_floor``).
 
     ``Clip.psnr`` holds the ``psnr_frames`` evenly spaced frames the compile report averages; ``Clip.psnr_min``
-    the lowest PSNR of every frame checked (all of them while ``min_psnr`` is on; ``InFlightCheck``). ``size``:
-    (height, width) to
-    resize to with ``method`` (compile/resize.py); ``stats_frames``: frames whose encoder input is kept as
-    downsampled RGB for the camera's stats (compile/stats.py), in ``Clip.stats_rgb``. ``give_up_below``: raise
-    BelowFloor as soon as a checked frame comes back under it (the floor's try at this CRF has failed: encoding
-    the rest of the episode would be wasted)."""
+    the lowest PSNR of every frame checked (all of them while ``min_psnr`` is on; ``InFlightCheck``). The
+    target's ``size`` / ``method``: resize (resize.py); its stats frames' encoder input is kept as downsampled RGB
+    for the camera's stats (tables/_stats.py), in ``Clip.stats_rgb``. ``give_up_below``: raise BelowFloor as
+    soon as a checked frame comes back under it (the floor's try at this CRF has failed: encoding the rest of the
+    episode would be wasted).
+
+    Longer than most functions here (~85 lines): the stream is opened on the first frame (its size and colour tags
+    come from it), and the frame loop, the flush and the error translation share that one open container."""
+    settings, where, episode, size, method = target.settings, target.where, target.episode, target.size, target.method
+    stats_frames = target.stats_frames(length)
     buf = io.BytesIO()
     tb = Fraction(1, fps)
     want = set(sample_indices(length, settings.psnr_frames))
@@ -223,19 +223,20 @@ def remux_clip(video: SourceVideo, packets: SpanPackets) -> bytes:
 
 
 def encode_with_floor(
-    video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
-    why: str, progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None,
-    method: str = FILTER, step: int = 1, stats: bool = False,
+    video: SourceVideo, target: EncodeTarget, *, from_s: float, length: int, why: str,
+    progress: Callable[[int], None] | None = None,
 ) -> Clip:
     """Re-encode the span, at lower CRFs while a checked frame is under ``min_psnr``, then x265 lossless (frames
     equal to the encoder's input, so never under: content no CRF holds costs bytes, never a failed compile or a
     frame under the floor); raise only if that does not decode to its input.
 
-    With ``step`` k only source frames 0, k, 2k, ... are kept and the clip runs at ``video.fps / k``.
+    ``length`` source frames are decoded from ``from_s``; with the target's ``step`` k only frames 0, k, 2k, ...
+    are kept and the clip runs at ``video.fps / k``.
 
-    With the floor on, the clip is first encoded GOP by GOP (segments.py): a frame under the floor re-encodes
+    With the floor on, the clip is first encoded GOP by GOP (_segments.py): a frame under the floor re-encodes
     from its GOP on, at a lower CRF. Only where that cannot be done (B-frames, x265 writing other parameter sets,
     no CRF left) is the whole clip re-encoded, from the CRF the GOP-by-GOP encode reached."""
+    settings, episode, where, size, step = target.settings, target.episode, target.where, target.size, target.step
     kept = kept_length(length, step)
     h, w = size or (video.stream.height, video.stream.width)
     if h % 2 or w % 2:  # compile's up-front check (plan.py) trusts info.json's codec: a copy fell back to this
@@ -251,9 +252,7 @@ def encode_with_floor(
                 progress(k)
 
         try:
-            return _encode_by_gop(video, from_s=from_s, length=length, kept=kept, settings=settings,
-                                  episode=episode, where=where, why=why, progress=tick, size=size, method=method,
-                                  step=step, stats=stats)
+            return _encode_by_gop(video, target, from_s=from_s, length=length, why=why, progress=tick)
         except SegmentsUnavailable as e:
             crf = e.crf
             why = f"{why}; {e.reason}" if e.reason else why
@@ -265,10 +264,8 @@ def encode_with_floor(
         frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
         try:
             # a try at a CRF stops at its first frame under the floor: only the try that holds runs to the end
-            clip = encode_clip(frames, length=kept, fps=video.fps // step,
-                               settings=settings if crf is None else settings.replace(crf=crf), where=where,
-                               episode=episode, progress=progress if attempt == 0 and not ticked else None, size=size,
-                               method=method, stats_frames=stats_sample_indices(kept) if stats else (),
+            clip = encode_clip(frames, target if crf is None else target.at_crf(crf), length=kept,
+                               fps=video.fps // step, progress=progress if attempt == 0 and not ticked else None,
                                lossless=crf is None,
                                give_up_below=settings.min_psnr if crf is not None and settings.min_psnr > 0
                                else None)
@@ -303,18 +300,16 @@ def encode_with_floor(
 
 
 def _encode_by_gop(
-    video: SourceVideo, *, from_s: float, length: int, kept: int, settings: CompileSettings, episode: int,
-    where: str, why: str, progress: Callable[[int], None], size: tuple[int, int] | None, method: str, step: int,
-    stats: bool,
+    video: SourceVideo, target: EncodeTarget, *, from_s: float, length: int, why: str,
+    progress: Callable[[int], None],
 ) -> Clip:
-    """The span encoded under the floor GOP by GOP (segments.py); SegmentsUnavailable where it cannot be."""
-    fps = video.fps // step
+    """The span encoded under the floor GOP by GOP (_segments.py); SegmentsUnavailable where it cannot be."""
+    settings, episode, where, step = target.settings, target.episode, target.where, target.step
+    kept, fps = kept_length(length, step), video.fps // step
     frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
     try:
-        clip = encode_segmented(
-            frames, length=kept, fps=fps, settings=settings, where=where, episode=episode, size=size,
-            method=method, stats_frames=stats_sample_indices(kept) if stats else (), progress=progress,
-            to_input=encoder_input, mux_options=_MUX_OPTIONS)
+        clip = encode_segmented(frames, target, length=kept, fps=fps, progress=progress, to_input=encoder_input,
+                                mux_options=_MUX_OPTIONS)
     finally:
         frames.close()  # joins the decode thread before anyone touches `video` again
     check_clip_timing(clip.data, length=kept, fps=fps, where=where, episode=episode)  # decoded in flight already
@@ -333,15 +328,16 @@ def _encode_by_gop(
 
 
 def transcode_span(
-    video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
-    progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None, method: str = FILTER,
-    step: int = 1, stats: bool = False,
+    video: SourceVideo, target: EncodeTarget, *, from_s: float, length: int,
+    progress: Callable[[int], None] | None = None,
 ) -> Clip:
     """The clip of one episode x camera: stream copy when allowed (no resize, no step) and proven exact, else
-    HEVC encode. ``Clip.why`` says why a span was re-encoded.
+    HEVC encode to ``target`` (its ``stats``: keep the frames LeRobot samples for image stats, ``Clip.stats_rgb``,
+    either way). ``Clip.why`` says why a span was re-encoded.
 
-    ``length`` source frames are decoded from ``from_s``; ``step``, ``size`` / ``method``: see
-    ``encode_with_floor``. ``stats``: keep the frames LeRobot samples for image stats (``Clip.stats_rgb``)."""
+    ``length`` source frames are decoded from ``from_s``; the target's ``step``, ``size`` / ``method``: see
+    ``encode_with_floor``."""
+    settings, episode, where, size, step = target.settings, target.episode, target.where, target.size, target.step
     fps = video.fps
     why = codec_refusal(video.codec, video.ctx.pix_fmt, settings)
     if why is None and (step != 1 or size is not None):
@@ -350,11 +346,11 @@ def transcode_span(
         why = "source packets not kept"
     if why is None:
         packets = SpanPackets(packets=[])
-        want = set(stats_sample_indices(length)) if stats else set()
+        want = set(target.stats_frames(length))
         source_digests, rgb = [], []
         for k, f in enumerate(video.frames(from_s, length, episode=episode, packets=packets)):
             source_digests.append(frame_digest(f))
-            if k in want:  # a copied camera of a transforming compile still gets its stats (stats.py)
+            if k in want:  # a copied camera of a transforming compile still gets its stats (tables/_stats.py)
                 rgb.append(downsample(f.to_ndarray(format="rgb24").transpose(2, 0, 1)))
         if not packets.closed:
             why = "the span is not a closed run of packets starting on a keyframe"
@@ -371,5 +367,4 @@ def transcode_span(
                     stats_rgb=np.stack(rgb) if rgb else None,
                 )
             why = "the stream copy does not decode to the source's pixels"
-    return encode_with_floor(video, from_s=from_s, length=length, settings=settings, episode=episode, where=where,
-                             why=why, progress=progress, size=size, method=method, step=step, stats=stats)
+    return encode_with_floor(video, target, from_s=from_s, length=length, why=why, progress=progress)

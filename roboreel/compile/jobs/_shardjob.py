@@ -1,4 +1,4 @@
-"""Pack one shard: its episodes' clips (made by clip jobs, clips.py, or here when missing) and rows -> tar, data
+"""Pack one shard: its episodes' clips (made by clip jobs, _clips.py, or here when missing) and rows -> tar, data
 parquet, then a sidecar json marking it done.
 
 Runs in a worker process (or inline). Files appear under their final names only when complete, in the order
@@ -17,43 +17,28 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from roboreel.compile.clips import (
-    PARTS_DIR,
-    ClipJob,
+from roboreel.compile.jobs._clips import ClipJob, make_clip, worker_source
+from roboreel.compile.out import (
+    ShardWriter,
+    atomic_write,
     clip_done,
-    forget_sources,
-    make_clip,
     read_clip,
     read_reused,
     remove_clips,
-    worker_source,
+    sweep_temps,
 )
-from roboreel.compile.imageclips import clip_keys
-from roboreel.compile.pack import ShardWriter, atomic_write, remove_stale_temps
-from roboreel.compile.resample import frame_step, resample_episodes, resample_rows
-from roboreel.compile.rowgroups import write_episode_rows
+from roboreel.compile.out.paths import shard_files
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.stats import rows_stats
-from roboreel.compile.stats import to_json as stats_json
-from roboreel.formats import lerobot_v3 as v3
+from roboreel.compile.source import frame_step, resample_episodes, resample_rows
+from roboreel.compile.tables import rows_stats, stats_to_json, write_episode_rows
+from roboreel.compile.video import clip_keys
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
-from roboreel.formats.manifest import EpisodeEntry, MemberInfo
-from roboreel.formats.shard import EpisodeRecord, file_sha256, rows_digest, shard_path
+from roboreel.formats.manifest import EpisodeEntry
+from roboreel.formats.shard import EpisodeRecord, rows_digest
 from roboreel.formats.table_features import check_image_columns, image_keys
 from roboreel.formats.transient import Retry
 
-__all__ = ["PARTS_DIR", "ShardJob", "forget_sources", "run_shard", "shard_done", "sweep_temps", "tar_path"]
-
 log = logging.getLogger(__name__)
-
-
-def sidecar_path(shard: int) -> str:
-    return f"{PARTS_DIR}/shard-{shard:06d}.json"
-
-
-def data_path(shard: int, chunks_size: int) -> str:
-    """The shard's data parquet, in LeRobot's layout: chunk = shard // chunks_size, file = shard % chunks_size."""
-    return v3.DEFAULT_DATA_PATH.format(chunk_index=shard // chunks_size, file_index=shard % chunks_size)
 
 
 @dataclass(frozen=True)
@@ -67,11 +52,11 @@ class ShardJob:
     episodes: tuple[int, ...]
     settings: CompileSettings
     chunks_size: int
-    files: dict[str, dict[str, Any]]  # the lock's {"size", "hash"} of the shard's source video files
+    files: dict[str, dict[str, Any]]  # the record's {"size", "hash"} of the shard's source video files
     decode_threads: int = 1
     retry: Retry | None = None  # transient faults of remote source reads retried (LeRobotSource)
-    generation: int = 1  # OUT's compile generation (update.py): names the tar, marks the sidecar
-    fingerprints: dict[int, dict[str, Any]] = field(default_factory=dict)  # episode -> fingerprint.py's
+    generation: int = 1  # OUT's compile generation (out/_update.py): names the tar, marks the sidecar
+    fingerprints: dict[int, dict[str, Any]] = field(default_factory=dict)  # episode -> source/_fingerprint.py's
     reuse: dict[str, dict[str, Any]] = field(default_factory=dict)  # clip fingerprint -> its bytes in an old tar
 
     def clip_job(self, source: LeRobotSource, episode: int, camera: str) -> ClipJob:
@@ -80,54 +65,6 @@ class ShardJob:
         return ClipJob(src=self.src, storage_options=self.storage_options, out=self.out, shard=self.shard,
                        episode=episode, camera=camera, settings=self.settings, source_file=self.files.get(rel, {}),
                        decode_threads=self.decode_threads, retry=self.retry)
-
-
-def tar_path(shard: int, generation: int = 1) -> str:
-    """A shard's tar: ``shards/shard-000042.tar`` in a first compile, ``shards/shard-000042.g000003.tar`` when
-    an update (update.py) makes generation 3, so it never overwrites a tar the published manifest names."""
-    base = shard_path(shard)
-    return base if generation == 1 else f"{base[:-len('.tar')]}.g{generation:06d}.tar"
-
-
-def shard_files(shard: int, chunks_size: int, generation: int = 1) -> tuple[str, str, str]:
-    """(tar, data parquet, sidecar) of a shard, relative to OUT."""
-    return tar_path(shard, generation), data_path(shard, chunks_size), sidecar_path(shard)
-
-
-def sweep_temps(out: str, shard: int, chunks_size: int, generation: int = 1) -> int:
-    """Remove temp files a killed writer of this shard left behind; returns how many."""
-    return sum(remove_stale_temps(os.path.join(out, rel)) for rel in shard_files(shard, chunks_size, generation))
-
-
-def read_sidecar(out: str, shard: int, generation: int | None = None) -> dict[str, Any] | None:
-    """The shard's sidecar as written (of compile ``generation``, when given), or None: absent, unreadable (a
-    killed writer's leftovers are temp files, never this name, but a hand-damaged one reads as absent) or of
-    another generation."""
-    try:
-        with open(os.path.join(out, sidecar_path(shard)), "rb") as f:
-            side = json.loads(f.read())
-    except (FileNotFoundError, ValueError):
-        return None
-    if generation is not None and side.get("generation", 1) != generation:
-        return None
-    return side
-
-
-def shard_done(out: str, shard: int, generation: int | None = None) -> dict[str, Any] | None:
-    """The shard's sidecar if the shard is complete: sidecar present (of compile ``generation``, when given), its
-    files present with the recorded sizes and sha256 (a resume re-reads finished shards once, so bit rot or a
-    stray write is recompiled, not kept)."""
-    side = read_sidecar(out, shard, generation)
-    if side is None:
-        return None
-    for key in ("tar", "data"):
-        try:
-            path, size, digest = os.path.join(out, side[key]["path"]), side[key]["size"], side[key]["sha256"]
-            if os.path.getsize(path) != size or file_sha256(path) != digest:
-                return None
-        except (OSError, KeyError, TypeError):
-            return None
-    return side
 
 
 def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> dict[str, Any]:
@@ -152,8 +89,8 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
             record, clips_info[str(ep.index)], all_reused = _episode_record(source, ep, rows, job, cams, on_frames)
             if all_reused:
                 reused.append(ep.index)
-            if job.settings.transforms:  # stats of what was kept (stats.py): rows here, cameras from the clips
-                stats[str(ep.index)] = {**stats_json(rows_stats(rows, source.info.features, source.fps // step)),
+            if job.settings.transforms:  # stats of what was kept (tables/_stats.py): rows here, cameras from the clips
+                stats[str(ep.index)] = {**stats_to_json(rows_stats(rows, source.info.features, source.fps // step)),
                                         **{cam: c.pop("stats") for cam, c in clips_info[str(ep.index)].items()}}
             members = writer.add(record)
             entries.append(EpisodeEntry(
@@ -174,7 +111,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
         "clips": clips_info,
         **({"stats": stats} if job.settings.transforms else {}),
         "fingerprints": {str(e): job.fingerprints[e] for e in job.episodes if e in job.fingerprints},
-        "reused": reused,  # episodes whose clips all came from OUT's previous generation (update.py)
+        "reused": reused,  # episodes whose clips all came from OUT's previous generation (out/_update.py)
     }
     atomic_write(os.path.join(job.out, side_rel), (json.dumps(side, indent=1) + "\n").encode())
     remove_clips(job.out, job.shard)
@@ -184,7 +121,7 @@ def run_shard(job: ShardJob, on_frames: Callable[[int], None] | None = None) -> 
 
 def _clip(source: LeRobotSource, job: ShardJob, episode: int, camera: str,
           on_frames: Callable[[int], None] | None) -> tuple[bytes, dict[str, Any], bool]:
-    """A clip's bytes, json and whether it was reused: the same clip of OUT's previous generation (update.py),
+    """A clip's bytes, json and whether it was reused: the same clip of OUT's previous generation (out/_update.py),
     else the finished clip file when there is a sound one, else made now."""
     fp = (job.fingerprints.get(episode) or {}).get("clips", {}).get(camera)
     where = job.reuse.get(fp) if fp else None
@@ -228,6 +165,3 @@ def _spec(info: dict[str, Any]) -> dict[str, Any]:
             if k not in ("mode", "psnr", "why", "crf", "psnr_min", "psnr_checked", "crf_segments", "stats", "reused")}
 
 
-def entry_from_dict(d: dict[str, Any]) -> EpisodeEntry:
-    """An EpisodeEntry back from its sidecar form."""
-    return EpisodeEntry(**{**d, "members": [MemberInfo(**m) for m in d["members"]]})

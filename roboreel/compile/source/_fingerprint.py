@@ -1,9 +1,9 @@
 """Per-clip and per-episode fingerprints: what decides, without decoding anything, that a compiled episode can be
 reused when its source grows or changes (docs/incremental.md).
 
-A clip is a pure function of its source span and the settings (schedule.py), so its fingerprint hashes exactly
+A clip is a pure function of its source span and the settings (jobs/_schedule.py), so its fingerprint hashes exactly
 those inputs: the encoder settings and the x265 parameters they give, the camera, the content checksum and size
-of the source file the clip is cut from (compile/sourcefiles.py: sha256 of a local file, the store's content hash
+of the source file the clip is cut from (compile/source/_files.py: sha256 of a local file, the store's content hash
 of a remote one) and the span in it (timestamps of a video, row range of an image feature). An episode's
 fingerprint adds what its record carries besides clips: its index, length, global row range and tasks, and the
 checksum of the data file its rows come from. A file edited anywhere therefore changes the fingerprints of every
@@ -39,7 +39,7 @@ def episode_fingerprints(source: LeRobotSource, settings: CompileSettings, cams:
                          files: dict[str, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """``{episode: {"episode": fp | None, "clips": {camera: fp | None}}}`` for every source episode.
 
-    Reads only meta/ (already loaded) and the lock's file checksums: O(episodes), no decode, no data read."""
+    Reads only meta/ (already loaded) and the record's file checksums: O(episodes), no decode, no data read."""
     # x265's parameters as this roboreel derives them from the settings (the size-dependent ones follow from the
     # source's size and the settings, both hashed): a roboreel whose parameters differ makes other clips from the
     # same settings, so an update by it recompiles every clip rather than mixing the two.

@@ -1,6 +1,6 @@
 """Exclusive sections of a compile that several ``--part`` jobs (a SLURM array) may reach at once.
 
-Two places need one writer at a time: an update's transition (update.py) and finalize. Both part jobs of an
+Two places need one writer at a time: an update's transition (_update.py) and finalize. Both part jobs of an
 array that finish together find every shard done, and both finalize; finalize removes temp files under the
 index left by a killed finalize, so without a lock one job removed the temp the other was about to rename.
 
@@ -20,13 +20,10 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
-from roboreel.compile.clips import PARTS_DIR
+from roboreel.compile.out.paths import RUN_LOCK
 from roboreel.formats.errors import RoboreelError
 
 log = logging.getLogger(__name__)
-
-TRANSITION_LOCK = f"{PARTS_DIR}/update.lock"
-FINALIZE_LOCK = f"{PARTS_DIR}/finalize.lock"
 
 
 @contextlib.contextmanager
@@ -48,7 +45,6 @@ def out_lock(out: str, rel: str, what: str) -> Iterator[bool]:
             fcntl.lockf(f, fcntl.LOCK_UN)
 
 
-RUN_LOCK = f"{PARTS_DIR}/run.lock"
 _BUSY = (errno.EACCES, errno.EAGAIN)  # lockf's answers when another process holds the range
 
 

@@ -3,7 +3,7 @@
 The protocol (docs/incremental.md), each step crash-safe, every decision a pure function of OUT and the source:
 
 1. ``plan_update``: the old lock and this run's lock differ only in the source (fingerprint, files) and the shard
-   plan, and the two share the source URL or at least one episode fingerprint (fingerprint.py); otherwise the run
+   plan, and the two share the source URL or at least one episode fingerprint (source/_fingerprint.py); otherwise the run
    stops with the old "different source or settings" message.
 2. ``begin_update``: the clips of the previous generation's sidecars are listed with their fingerprints and byte
    spans in the old shard tars (``update.json``, written atomically first: a kill after it and a rerun reads it
@@ -22,21 +22,32 @@ import contextlib
 import json
 import logging
 import os
-import re
 from collections.abc import Iterator
 from typing import Any
 
-from roboreel.compile.clips import PARTS_DIR, remove_clips_dir
-from roboreel.compile.outdir import LOCK_NAME, lock_mismatch, read_lock
-from roboreel.compile.outlock import TRANSITION_LOCK, out_lock
-from roboreel.compile.pack import atomic_write
-from roboreel.compile.shardjob import read_sidecar, sidecar_path
-from roboreel.formats.index import INDEX_DIR
-from roboreel.formats.shard import SHARD_DIR, clip_member
+from roboreel.compile.out._locks import out_lock
+from roboreel.compile.out._pack import atomic_write
+from roboreel.compile.out._parts import read_sidecar, remove_clips_dir
+from roboreel.compile.out._record import read_record, record_mismatch
+from roboreel.compile.out.paths import (
+    DATA_DIR,
+    DATA_FILE_NAME,
+    INDEX_DIR,
+    INDEX_FILE_NAME,
+    PARTS_DIR,
+    RECORD,
+    SHARDS_DIR,
+    SIDECAR_NAME,
+    TAR_NAME,
+    TRANSITION_LOCK,
+    UPDATE_STATE,
+    data_path,
+    sidecar_path,
+)
+from roboreel.formats.shard import clip_member
 
 log = logging.getLogger(__name__)
 
-UPDATE_NAME = f"{PARTS_DIR}/update.json"
 BLOCK = 512  # USTAR: a member is a 512-byte header, then its data padded to 512
 
 
@@ -56,7 +67,7 @@ def plan_update(out: str, old: dict[str, Any], lock: dict[str, Any],
                 fps: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     """The reuse state of an update of ``out`` from ``old`` to ``lock``, or None when the two are not two states
     of one source compiled with the same settings (then the caller refuses as before)."""
-    diffs = lock_mismatch(old, lock)
+    diffs = record_mismatch(old, lock)
     if any(d.startswith("setting ") for d in diffs) or old.get("chunks_size") != lock.get("chunks_size"):
         return None
     state = _read_state(out, generation(old))
@@ -100,7 +111,7 @@ def _harvest(out: str, old: dict[str, Any]) -> dict[str, Any]:
 
 def _read_state(out: str, gen_from: int) -> dict[str, Any] | None:
     try:
-        with open(os.path.join(out, UPDATE_NAME), "rb") as f:
+        with open(os.path.join(out, UPDATE_STATE), "rb") as f:
             state = json.loads(f.read())
     except (FileNotFoundError, ValueError):
         return None
@@ -118,7 +129,7 @@ def transition_lock(out: str) -> Iterator[None]:
     """Held while a run decides on and makes an update's transition (steps 1-2): the ``--part`` jobs of one update
     (a SLURM array) start together, and a second job making the transition again would remove the clips the
     first has started (``remove_clips_dir``). Whoever waits reads OUT's lock again inside, finds the new
-    generation, and resumes (outlock.py)."""
+    generation, and resumes (_locks.py)."""
     with out_lock(out, TRANSITION_LOCK, "update transitions"):
         yield
 
@@ -127,9 +138,9 @@ def begin_update(out: str, old: dict[str, Any], lock: dict[str, Any], state: dic
                  fps: dict[int, dict[str, Any]]) -> int:
     """Steps 2 of the module doc; returns how many shards were kept byte for byte."""
     gen = state["to"]
-    if generation(read_lock(out)) == gen:  # another --part job of this update got here first
+    if generation(read_record(out)) == gen:  # another --part job of this update got here first
         return 0
-    atomic_write(os.path.join(out, UPDATE_NAME), (json.dumps(state) + "\n").encode())
+    atomic_write(os.path.join(out, UPDATE_STATE), (json.dumps(state) + "\n").encode())
     old_sides = _old_sidecars(out, old)
     kept = 0
     for i, plan in enumerate(lock["shards"]):
@@ -148,26 +159,18 @@ def begin_update(out: str, old: dict[str, Any], lock: dict[str, Any], state: dic
     for i in old_sides:  # old shards past the new plan's end
         _drop_old(out, i, generation(old))
     remove_clips_dir(out)  # unfinished clips of the old plan: their shard numbers mean other episodes now
-    atomic_write(os.path.join(out, LOCK_NAME), (json.dumps({**lock, "generation": gen}, indent=1) + "\n").encode())
+    atomic_write(os.path.join(out, RECORD), (json.dumps({**lock, "generation": gen}, indent=1) + "\n").encode())
     log.info("updating %s to generation %d: %d of %d shards kept, %d clips reusable", out, gen, kept,
              len(lock["shards"]), len(state["clips"]))
     return kept
-
-
-def index_dir(gen: int) -> str:
-    """Where generation ``gen``'s index goes: ``index`` for a first compile, ``index/g000002`` and so on after."""
-    return INDEX_DIR if gen == 1 else f"{INDEX_DIR}/g{gen:06d}"
 
 
 def remove_unused(out: str, *, keep: set[str], shards: int, chunks_size: int) -> int:
     """After publication: remove the shard tars and index files ``keep`` (what the published manifest names) does
     not list, data files and sidecars past the plan's ``shards``, and the update's state. Only roboreel's own
     names are touched. A reader still holding an older manifest then fails naming the update (reader/fetch)."""
-    from roboreel.compile.shardjob import data_path
-
     removed = 0
-    for top, pattern in ((SHARD_DIR, re.compile(r"shard-\d+(\.g\d+)?\.tar")),
-                         (INDEX_DIR, re.compile(r"[\w.-]+\.parquet"))):
+    for top, pattern in ((SHARDS_DIR, TAR_NAME), (INDEX_DIR, INDEX_FILE_NAME)):
         for d, _, names in os.walk(os.path.join(out, top), topdown=False):
             for name in names:
                 rel = os.path.relpath(os.path.join(d, name), out).replace(os.sep, "/")
@@ -177,18 +180,18 @@ def remove_unused(out: str, *, keep: set[str], shards: int, chunks_size: int) ->
             if d != os.path.join(out, top) and not os.listdir(d):
                 os.rmdir(d)
     data = {data_path(i, chunks_size) for i in range(shards)}
-    for d, _, names in os.walk(os.path.join(out, "data")):
+    for d, _, names in os.walk(os.path.join(out, DATA_DIR)):
         for name in names:
             rel = os.path.relpath(os.path.join(d, name), out).replace(os.sep, "/")
-            if re.fullmatch(r"file-\d+\.parquet", name) and rel not in data:
+            if DATA_FILE_NAME.fullmatch(name) and rel not in data:
                 _unlink(os.path.join(d, name))
                 removed += 1
     parts = os.path.join(out, PARTS_DIR)
     for name in os.listdir(parts) if os.path.isdir(parts) else []:
-        m = re.fullmatch(r"shard-(\d+)\.json", name)
+        m = SIDECAR_NAME.fullmatch(name)
         if m and int(m.group(1)) >= shards:
             _unlink(os.path.join(parts, name))
-    _unlink(os.path.join(out, UPDATE_NAME))
+    _unlink(os.path.join(out, UPDATE_STATE))
     if removed:
         log.info("%s: removed %d files of earlier compile generations", out, removed)
     return removed
@@ -215,5 +218,4 @@ def reuse_for(state: dict[str, Any] | None, fps: dict[int, dict[str, Any]], epis
     return {fp: clips[fp] for e in episodes for fp in fps[e]["clips"].values() if fp and fp in clips}
 
 
-__all__ = ["TRANSITION_LOCK", "UPDATE_NAME", "begin_update", "generation", "index_dir", "plan_update", "read_state",
-           "remove_unused", "reuse_for", "transition_lock"]
+__all__ = ["begin_update", "generation", "plan_update", "read_state", "remove_unused", "reuse_for", "transition_lock"]

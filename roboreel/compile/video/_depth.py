@@ -28,15 +28,12 @@ from itertools import islice
 import av
 import numpy as np
 
-from roboreel.compile.clipproof import decode_clip
-from roboreel.compile.copypolicy import gop_refusal, grid_refusal
-from roboreel.compile.decode import SourceVideo, SpanPackets
-from roboreel.compile.overlap import read_ahead
-from roboreel.compile.resample import kept_length
-from roboreel.compile.settings import CompileSettings
-from roboreel.compile.stats import downsample
-from roboreel.compile.stats import sample_indices as stats_sample_indices
-from roboreel.compile.transcode import _MUX_OPTIONS, Clip, remux_clip
+from roboreel.compile.source import SourceVideo, SpanPackets, kept_length, read_ahead
+from roboreel.compile.tables import downsample, stats_sample_indices
+from roboreel.compile.video._clipproof import decode_clip
+from roboreel.compile.video._copypolicy import gop_refusal, grid_refusal
+from roboreel.compile.video._target import EncodeTarget
+from roboreel.compile.video._transcode import _MUX_OPTIONS, Clip, remux_clip
 from roboreel.formats.depth import DEPTH_PIX_FMT, recorded_values
 from roboreel.formats.errors import RoboreelError
 
@@ -53,13 +50,13 @@ def _clip_digests(data: bytes, *, length: int, fps: int, where: str, episode: in
     return decode_clip(data, length=length, fps=fps, digest=_codes_digest, where=where, episode=episode)
 
 
-def encode_depth(frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str,
-                 episode: int, progress: Callable[[int], None] | None = None,
-                 size: tuple[int, int] | None = None,
+def encode_depth(frames: Iterator[av.VideoFrame], target: EncodeTarget, *, length: int, fps: int,
+                 progress: Callable[[int], None] | None = None,
                  stats_frames: set[int] = frozenset()) -> tuple[bytes, list[bytes], int, int, list[np.ndarray]]:
-    """x265 lossless gray12le, closed GOPs of ``settings.gop``; returns (bytes, digests of the encoder's input
-    codes, height, width, the codes of ``stats_frames`` downsampled as LeRobot's stats do). ``size``: (height,
-    width) to resize to, nearest neighbour."""
+    """x265 lossless gray12le, closed GOPs of the target's ``gop``; returns (bytes, digests of the encoder's input
+    codes, height, width, the codes of ``stats_frames`` downsampled as LeRobot's stats do). The target's ``size``:
+    (height, width) to resize to, nearest neighbour."""
+    settings, where, episode, size = target.settings, target.where, target.episode, target.size
     kept: list[np.ndarray] = []
     buf = io.BytesIO()
     tb = Fraction(1, fps)
@@ -117,14 +114,15 @@ def nearest(frame: av.VideoFrame, height: int, width: int) -> av.VideoFrame:
 
 
 def transcode_depth(
-    video: SourceVideo, *, from_s: float, length: int, settings: CompileSettings, episode: int, where: str,
-    progress: Callable[[int], None] | None = None, size: tuple[int, int] | None = None, step: int = 1,
-    feature: dict | None = None,
+    video: SourceVideo, target: EncodeTarget, *, from_s: float, length: int,
+    progress: Callable[[int], None] | None = None, feature: dict | None = None,
 ) -> Clip:
     """The depth clip of one episode: stream copy when allowed, else lossless encode; both proven exact (against
     the kept, resized source codes when ``step`` / ``size`` transform it). ``feature``: the camera's feature, given
     when the compile recomputes stats (a transforming compile): ``Clip.stats_rgb`` then holds the sampled frames'
-    depths in the recorded unit (what LeRobot's stats are computed on), [N, 1, h, w] float32."""
+    depths in the recorded unit (what LeRobot's stats are computed on), [N, 1, h, w] float32. The target's
+    ``step`` and ``size`` (nearest neighbour) transform it; its method is never used: depth is never filtered."""
+    settings, episode, where, size, step = target.settings, target.episode, target.where, target.size, target.step
     fps = video.fps
     why = ""
     if step != 1 or size is not None:
@@ -155,9 +153,8 @@ def transcode_depth(
     frames = read_ahead(islice(video.frames(from_s, length, episode=episode), 0, None, step))
     try:
         want = set(stats_sample_indices(kept)) if feature is not None else set()
-        data, source, height, width, sampled = encode_depth(frames, length=kept, fps=fps, settings=settings,
-                                                            where=where, episode=episode, progress=progress,
-                                                            size=size, stats_frames=want)
+        data, source, height, width, sampled = encode_depth(frames, target, length=kept, fps=fps, progress=progress,
+                                                            stats_frames=want)
     finally:
         frames.close()
     if _clip_digests(data, length=kept, fps=fps, where=where, episode=episode) != source:

@@ -22,14 +22,16 @@ from __future__ import annotations
 import io
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
 import av
 import numpy as np
 
-from roboreel.compile.floorcheck import (
+from roboreel.compile.settings import CompileSettings
+from roboreel.compile.tables import downsample
+from roboreel.compile.video._floorcheck import (
     ColourNotCarried,
     InFlightCheck,
     colour_mismatch,
@@ -37,9 +39,8 @@ from roboreel.compile.floorcheck import (
     next_crf,
     x265_refusal,
 )
-from roboreel.compile.settings import CompileSettings
-from roboreel.compile.stats import downsample
-from roboreel.compile.sws import ColourTags
+from roboreel.compile.video._sws import ColourTags
+from roboreel.compile.video._target import EncodeTarget
 from roboreel.formats.errors import RoboreelError
 
 _PARAMETER_SETS = (32, 33, 34)  # HEVC NAL unit types VPS, SPS, PPS
@@ -209,15 +210,16 @@ class Segmented:
 
 
 def encode_segmented(
-    frames: Iterator[av.VideoFrame], *, length: int, fps: int, settings: CompileSettings, where: str,
-    episode: int, size: tuple[int, int] | None, method: str, stats_frames: Iterable[int],
+    frames: Iterator[av.VideoFrame], target: EncodeTarget, *, length: int, fps: int,
     progress: Callable[[int], None] | None, to_input: Callable[[av.VideoFrame, int, int, str], av.VideoFrame],
     mux_options: dict[str, str],
 ) -> Segmented:
-    """Encode exactly ``length`` frames under the floor GOP by GOP. ``to_input`` makes a source frame the
-    encoder's input (transcode.py's ``encoder_input``), ``mux_options`` are the mp4 muxer's (transcode.py's);
-    raises SegmentsUnavailable where the caller must re-encode the whole clip."""
-    for_stats = set(stats_frames)
+    """Encode exactly ``length`` frames (the clip's, at ``fps``) to ``target`` under the floor GOP by GOP.
+    ``to_input`` makes a source frame the encoder's input (_transcode.py's ``encoder_input``), ``mux_options``
+    are the mp4 muxer's (_transcode.py's); raises SegmentsUnavailable where the caller must re-encode the whole
+    clip."""
+    settings, where, episode, size, method = target.settings, target.where, target.episode, target.size, target.method
+    for_stats = set(target.stats_frames(length))
     rgb: list[np.ndarray] = []
     enc: SegmentedEncode | None = None
     n = 0

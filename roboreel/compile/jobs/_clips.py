@@ -2,9 +2,9 @@
 
 A clip is written under ``OUT/.roboreel-parts/clips/shard-<S>/`` as ``<episode>.<camera>.mp4`` and then a
 ``<episode>.<camera>.json`` naming its size, sha256, what the episode record and sidecar say about it, and the
-source video file it was made from (size and content hash from the OUT lock). The json is the commit mark: a clip
+source video file it was made from (size and content hash from the compile record). The json is the commit mark: a clip
 is reused by a rerun only when its json exists, the mp4 matches it, and the source file is still the one the
-lock records. Clips of a shard are deleted once the shard's tar is packed (shardjob.py), so a finished compile
+lock records. Clips of a shard are deleted once the shard's tar is packed (_shardjob.py), so a finished compile
 holds no copies.
 
 Clip bytes do not depend on which process encodes them or in which order (single-threaded x265, frame-exact
@@ -13,47 +13,34 @@ decode), so the packed shards are byte-identical for any worker count.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
 from collections import OrderedDict
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-from roboreel.compile.copypolicy import REMUX_CODECS
-from roboreel.compile.decode import SourceVideo
-from roboreel.compile.depth import transcode_depth
-from roboreel.compile.imageclips import encode_image_clip
-from roboreel.compile.pack import atomic_write
-from roboreel.compile.plan import camera_hw
-from roboreel.compile.resample import frame_step
-from roboreel.compile.resize import FILTER
+from roboreel.compile.out import atomic_write, clip_done
+from roboreel.compile.out.paths import clip_paths
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.stats import image_stats
-from roboreel.compile.transcode import Clip, transcode_span
-from roboreel.formats.atomic import TMP_SUFFIX
+from roboreel.compile.source import SourceVideo, camera_hw, frame_step
+from roboreel.compile.tables import image_stats
+from roboreel.compile.video import (
+    FILTER,
+    REMUX_CODECS,
+    Clip,
+    EncodeTarget,
+    encode_image_clip,
+    transcode_depth,
+    transcode_span,
+)
 from roboreel.formats.depth import is_depth
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.formats.shard import sha256_hex
 from roboreel.formats.table_features import IMAGE_DTYPE, check_image_columns, image_bytes
 from roboreel.formats.transient import Retry
 
-PARTS_DIR = ".roboreel-parts"  # sidecars, clips and the source meta snapshot, under OUT
-CLIPS_DIR = f"{PARTS_DIR}/clips"
 _MAX_OPEN_VIDEOS = 4  # per process: enough to continue each camera's file of the current episodes
-
-
-def clips_dir(shard: int) -> str:
-    return f"{CLIPS_DIR}/shard-{shard:06d}"
-
-
-def clip_paths(shard: int, episode: int, camera: str) -> tuple[str, str]:
-    """(mp4, json) of a clip, relative to OUT."""
-    base = f"{clips_dir(shard)}/{episode:06d}.{camera}"
-    return f"{base}.mp4", f"{base}.json"
 
 
 @dataclass(frozen=True)
@@ -67,7 +54,7 @@ class ClipJob:
     episode: int
     camera: str
     settings: CompileSettings
-    source_file: dict[str, Any]  # the lock's {"size", "hash"} of the camera's source mp4
+    source_file: dict[str, Any]  # the record's {"size", "hash"} of the camera's source mp4
     decode_threads: int = 1
     retry: Retry | None = None  # transient faults of remote source reads retried (LeRobotSource)
 
@@ -117,44 +104,6 @@ def _drop_video(source: LeRobotSource, rel: str) -> None:
 
 
 # -- clip files ----------------------------------------------------------------------------------------------
-def clip_done(out: str, shard: int, episode: int, camera: str, source_file: dict[str, Any]) -> dict[str, Any] | None:
-    """The clip's json if a finished clip of this episode and camera exists and was made from the source file
-    the lock records now (same size and hash), else None."""
-    mp4, meta = clip_paths(shard, episode, camera)
-    try:
-        with open(os.path.join(out, meta), "rb") as f:
-            doc = json.loads(f.read())
-        if doc.get("source_file") != source_file:
-            return None
-        size = os.path.getsize(os.path.join(out, mp4))
-    except (OSError, ValueError):
-        return None
-    return doc if size == doc.get("size") else None
-
-
-def read_reused(out: str, where: dict[str, Any]) -> bytes | None:
-    """A clip of OUT's previous compile generation, from its old tar (compile/update.py), or None when its bytes
-    are not there intact (then it is made again)."""
-    try:
-        with open(os.path.join(out, where["tar"]), "rb") as f:
-            f.seek(where["offset"])
-            data = f.read(where["size"])
-    except OSError:
-        return None
-    return data if len(data) == where["size"] and sha256_hex(data) == where["sha256"] else None
-
-
-def read_clip(out: str, shard: int, episode: int, camera: str, doc: dict[str, Any]) -> bytes | None:
-    """A finished clip's bytes, or None if they no longer match its json (then it is made again)."""
-    mp4, _ = clip_paths(shard, episode, camera)
-    try:
-        with open(os.path.join(out, mp4), "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data if len(data) == doc["size"] and sha256_hex(data) == doc["sha256"] else None
-
-
 class _Ticker:
     """Frame progress in batches (a pool worker sends it through a pipe): ``add(1)`` per frame, ``finish``
     reports what is left of the clip (a stream copy has no per-frame step)."""
@@ -183,7 +132,7 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
     files; returns (clip bytes, its json). ``on_frames(n)``: progress, n more frames encoded."""
     source = worker_source(job.src, job.storage_options, retry=job.retry)
     ep = source.episode(job.episode)
-    if source.info.features[job.camera].get("dtype") == IMAGE_DTYPE:  # --images clips (imageclips.py)
+    if source.info.features[job.camera].get("dtype") == IMAGE_DTYPE:  # --images clips (video/_imageclips.py)
         rows = source.episode_rows(ep)
         check_image_columns(rows, [job.camera], file=ep.data_path, episode=ep.index)
         ticks = _Ticker(on_frames)
@@ -199,14 +148,13 @@ def make_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> t
     depth = is_depth(feature)
     size = settings.camera_size(job.camera, camera_hw(feature)) if settings.resizes(job.camera) else None
     try:
-        if depth:  # depth never takes the RGB path: its codes are carried exactly (depth.py)
-            clip = transcode_depth(video, from_s=span.from_timestamp, length=ep.length, settings=settings,
-                                   episode=ep.index, where=span.path, progress=ticks.add, size=size, step=step,
+        target = EncodeTarget(settings, span.path, ep.index, size=size, method=FILTER, step=step,
+                              stats=settings.transforms)
+        if depth:  # depth never takes the RGB path: its codes are carried exactly (video/_depth.py)
+            clip = transcode_depth(video, target, from_s=span.from_timestamp, length=ep.length, progress=ticks.add,
                                    feature=feature if settings.transforms else None)
         else:
-            clip = transcode_span(video, from_s=span.from_timestamp, length=ep.length, settings=settings,
-                                  episode=ep.index, where=span.path, progress=ticks.add, size=size, method=FILTER,
-                                  step=step, stats=settings.transforms)
+            clip = transcode_span(video, target, from_s=span.from_timestamp, length=ep.length, progress=ticks.add)
     except BaseException:
         _drop_video(source, span.path)  # its position is no longer trusted
         raise
@@ -224,9 +172,9 @@ def _write_clip(job: ClipJob, clip: Clip, episode: int, *, depth: bool = False) 
                  "psnr_min": None if clip.psnr_min == float("inf") else round(clip.psnr_min, 4),
                  "psnr_checked": clip.psnr_checked},
     }
-    if clip.crf_segments:  # the floor lowered the CRF from a GOP on (compile/segments.py)
+    if clip.crf_segments:  # the floor lowered the CRF from a GOP on (compile/video/_segments.py)
         doc["info"]["crf_segments"] = clip.crf_segments
-    if clip.stats_rgb is not None:  # a transforming compile: the camera's episode stats (stats.py)
+    if clip.stats_rgb is not None:  # a transforming compile: the camera's episode stats (tables/_stats.py)
         doc["stats"] = {k: v.tolist() for k, v in image_stats(clip.stats_rgb, depth=depth).items()}
     mp4, meta = clip_paths(job.shard, job.episode, job.camera)
     atomic_write(os.path.join(job.out, mp4), clip.data)
@@ -240,21 +188,3 @@ def run_clip(job: ClipJob, on_frames: Callable[[int], None] | None = None) -> No
         make_clip(job, on_frames)
 
 
-def sweep_clip_temps(out: str, shard: int) -> int:
-    """Remove temp files a killed clip writer of this shard left; returns how many."""
-    found = glob.glob(os.path.join(glob.escape(os.path.join(out, clips_dir(shard))), f".*{TMP_SUFFIX}"))
-    for path in found:
-        with suppress(FileNotFoundError):
-            os.unlink(path)
-    return len(found)
-
-
-def remove_clips(out: str, shard: int) -> None:
-    """Delete a packed shard's clips. (The shared clips dir is removed only once every shard is done, see
-    ``remove_clips_dir``: removing it here could race a worker of another shard or part creating its dir.)"""
-    shutil.rmtree(os.path.join(out, clips_dir(shard)), ignore_errors=True)
-
-
-def remove_clips_dir(out: str) -> None:
-    """Remove the (empty) clips dir once every shard is packed; clips left by a killed run go with it."""
-    shutil.rmtree(os.path.join(out, CLIPS_DIR), ignore_errors=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from roboreel.compile.pack import atomic_write
+from roboreel.compile.out import atomic_write
 from roboreel.formats.digest import canonical_type
 from roboreel.formats.errors import SourceError
 

@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 
 from roboreel.compile.settings import CompileSettings
-from roboreel.compile.sws import ColourTags, tag_name, to_rgb24
+from roboreel.compile.video._sws import ColourTags, tag_name, to_rgb24
 from roboreel.formats.errors import RoboreelError
 
 
@@ -103,7 +103,7 @@ class InFlightCheck:
 
     @staticmethod
     def rgb(frame: av.VideoFrame) -> np.ndarray:
-        """A reference: ``frame.to_ndarray(format="rgb24")`` through a reused swscale context (sws.py)."""
+        """A reference: ``frame.to_ndarray(format="rgb24")`` through a reused swscale context (_sws.py)."""
         return to_rgb24(frame, "floor-reference")
 
     def put(self, n: int, reference: np.ndarray | None) -> None:

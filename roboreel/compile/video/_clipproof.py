@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import av
 
-from roboreel.compile.copypolicy import GRID_EPS_S
+from roboreel.compile.video._copypolicy import GRID_EPS_S
 from roboreel.formats.errors import CompiledFormatError
 
 
