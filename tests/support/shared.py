@@ -1,6 +1,6 @@
 """Test data built once per run and shared by every pytest-xdist process.
 
-Session fixtures run once per xdist process, so each process used to build (and compile) the same synthetic
+A run-wide fixture runs once per xdist process, so each process used to build (and compile) the same synthetic
 datasets. pytest-xdist's documented pattern avoids that: build into the run's common base directory (the parent
 of each process's ``getbasetemp()``) under a file lock; the first process builds, the others wait and reuse it.
 The data is read-only to the tests that get it (they copy before changing), as it was within one process.
