@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_compile import assert_same_tree
+from support.compiled import assert_same_tree
 
 from roboreel.compile import finalize
 from roboreel.compile.out.paths import FINALIZE_LOCK

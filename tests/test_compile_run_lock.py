@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_compile import TEST, assert_same_tree
+from support.compiled import assert_same_tree
+from test_compile import TEST
 
 from roboreel.compile import compile_dataset
 from roboreel.compile.out.paths import RUN_LOCK

@@ -1,5 +1,5 @@
 """GPU decode for CompiledDataset: device checks, per-clip routing and fallback, the ship-once deferred stream,
-and ``roboreel.loader`` (decode in the main process) against the plain DataLoader path.
+and the loader on a GPU (tests/test_reader_loader_plain.py holds it against the plain DataLoader on the CPU).
 
 On a machine without CUDA everything but the ``needs_cuda`` tests runs: the loader decodes on the CPU and must
 give the plain DataLoader's batches bit for bit; the fallback path is driven by torchcodec's real "Unsupported
@@ -8,21 +8,18 @@ device" error. The ``needs_cuda`` tests run the same comparisons on a GPU (run t
 
 from __future__ import annotations
 
-import json
 import logging
-import multiprocessing
-import threading
-import time
 
 import pytest
 import torch
 import torchcodec
 from support.datasets import codes, compiled_pair
+from support.loading import CAMERAS, make_dataset, on_cpu, routed_clips
 from support.resume import assert_same_batches
 from torch.utils.data import DataLoader
 
 import roboreel
-from roboreel.reader import CompiledDataset, DecodeOptions, DeviceLoader
+from roboreel.reader import CompiledDataset, DecodeOptions
 from roboreel.reader.decode.deferred import ClipStore, assemble, collate_pending
 from roboreel.reader.decode.gpu import DeviceDecoders
 from roboreel.reader.decode.routing import Router, choose_device, parse_decode_device, resolve_decode_device
@@ -36,8 +33,6 @@ HAVE_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU and a CUDA build of torchcodec")
 no_cuda = pytest.mark.skipif(HAVE_CUDA, reason="checks the no-CUDA behaviour")
 TORCHCODEC_CPU_BUILD = torchcodec.__version__.endswith("+cpu")
-CAMERAS = ["observation.images.top", "observation.images.wrist"]
-WINDOWS = {"action": [-0.1, 0.0, 0.2], "observation.images.top": [-0.05, 0.0, 0.1]}
 ROUTING_LOG = "roboreel.reader.decode.routing"
 
 
@@ -52,31 +47,6 @@ def large(tmp_path_factory):
     """160x160 frames: above NVDEC's HEVC minimum (144x144), so a GPU is asked to decode them."""
     return compiled_pair(tmp_path_factory, episodes_per_shard=2, episodes=3, min_length=8, max_length=12,
                          height=160, width=160)[1]
-
-
-def _make(path, *, epoch=0, device="cpu", **kw):
-    def make():
-        ds = CompiledDataset(str(path), delta_timestamps=WINDOWS, episode_pool_size=3, seed=5,
-                             decode=DecodeOptions(device=device), **kw)
-        ds.set_epoch(epoch)
-        return ds
-
-    return make
-
-
-def _plain(make, **kw):
-    return list(DataLoader(make(), **kw))
-
-
-def _routed_clips(ds, num_workers, epoch):
-    """Clips the loader routes in one epoch: a clip whose episode the worker split cut in two is routed (and
-    decoded) once in each worker that reads part of it."""
-    k = max(1, num_workers)
-    return sum(len(s.episodes) for w in range(k) for s in ds._slices(World(0, 1, w, k), epoch)) * len(CAMERAS)
-
-
-def _on_cpu(batch):
-    return {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 # -- devices -----------------------------------------------------------------------------------------------
@@ -161,7 +131,7 @@ def test_a_failing_gpu_decode_falls_back_to_the_cpu_and_stops_trying(large, capl
 # -- the deferred stream -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_each_clip_is_shipped_once(compiled, num_workers):
-    ds = _make(compiled)()
+    ds = make_dataset(compiled)()
     shipped: list[tuple] = []
     released: list[tuple] = []
     for pb in DataLoader(_PendingStream(ds), batch_size=5, num_workers=num_workers, collate_fn=collate_pending):
@@ -182,124 +152,14 @@ def test_a_clip_without_its_bytes_is_refused():
         ClipStore().admit({("s", 3, "cam", 0): EpisodeClip("s", 3, "cam", b"")})
 
 
-# -- the loader against the plain DataLoader ---------------------------------------------------------------
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_loader_batches_equal_the_dataloader_batches(compiled, num_workers):
-    make = _make(compiled, epoch=1)
-    want = _plain(make, batch_size=5, num_workers=num_workers)
-    dl = roboreel.loader(make(), mix_workers=False, batch_size=5, num_workers=num_workers)
-    cpu = time.process_time()
-    got = list(dl)
-    cpu = time.process_time() - cpu  # every thread of this process: the decode threads' share is part of it
-    assert len(dl) == len(want)
-    assert_same_batches(got, want)  # same keys in order, dtypes, shapes, values (bit for bit on the CPU)
-    b = got[0]
-    assert b["observation.images.top"].shape[:2] == (5, 3) and b["observation.images.wrist"].dim() == 4
-    assert b["observation.images.top"].dtype == torch.float32 and b["observation.images.top_is_pad"].shape == (5, 3)
-    assert isinstance(b["task"], list) and isinstance(b["task"][0], str)
-    assert [codes(x) for x in b["observation.images.top"]] == [codes(x) for x in want[0]["observation.images.top"]]
-    st = dl.stats()
-    assert st["batches"] == len(want) and st["samples"] == sum(len(x["index"]) for x in want)
-    k = max(1, num_workers)  # clips of an episode the split cut between two workers are decoded by both
-    clips = _routed_clips(make(), num_workers, 1)
-    assert clips in (16, 16 + len(CAMERAS) * (k - 1)) if k > 1 else clips == 16
-    assert st["decoder_opens"] > 0 and st["fallback_clips"] == 0 and st["clips_by_device"] == {"cpu": clips}
-    # a batch asks for the clips of its worker's pooled episodes (3) x 2 cameras at most; the decode threads work
-    # on those of the batches in flight (inflight_batches, plus the one just submitted)
-    assert 0 < st["decode_cpu_seconds"] <= cpu + 0.01
-    par, most = st["decode_parallelism"], 3 * len(CAMERAS)
-    assert 2 <= par["clips_per_batch"] <= most and 0 <= par["clips_in_flight"] <= (dl.inflight_batches + 1) * most
-
-
-def test_loader_uint8_and_transforms_equal_the_dataloader(compiled):
-    def flip(x):
-        return x.flip(-1)
-
-    make = _make(compiled, return_uint8=True, image_transforms=flip)
-    want = _plain(make, batch_size=4, num_workers=0, drop_last=True)
-    got = list(DeviceLoader(make(), batch_size=4, drop_last=True, prefetch_batches=1))
-    assert_same_batches(got, want)
-    assert got[0]["observation.images.wrist"].dtype == torch.uint8
-
-
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_loader_resume_equals_an_uninterrupted_run(compiled, num_workers):
-    make = _make(compiled, epoch=1)
-    full = list(roboreel.loader(make(), mix_workers=False, batch_size=6, num_workers=num_workers))
-    for k in (1, 4):
-        dl = roboreel.loader(make(), mix_workers=False, batch_size=6, num_workers=num_workers, prefetch_batches=3)
-        it = iter(dl)
-        first = [next(it) for _ in range(k)]
-        state = json.loads(json.dumps(dl.state_dict()))  # what a trainer saves, through JSON
-        assert state["batches"] == k and state["epoch"] == 1
-        del it  # abandon the epoch (the decode thread had batches ready: they must not be skipped)
-        dl2 = roboreel.loader(make(), mix_workers=False, batch_size=6, num_workers=num_workers)
-        dl2.load_state_dict(state)
-        rest = list(dl2)
-        assert_same_batches(first + rest, full)
-        assert dl2.state_dict()["batches"] == len(full)
-
-
-def test_loader_with_persistent_workers_follows_the_dataloader_across_epochs(compiled):
-    """Abandon an epoch after one batch, then read the next: the persistent workers' iterator is reused, so the
-    old decode thread must have let go of it (it would steal the new epoch's first batch otherwise)."""
-    make = _make(compiled)
-    plain = DataLoader(make(), batch_size=6, num_workers=2, persistent_workers=True)
-    want_first = next(iter(plain))
-    want_next = list(plain)
-    dl = roboreel.loader(make(), mix_workers=False, batch_size=6, num_workers=2, persistent_workers=True)
-    got_first = next(iter(dl))
-    got_next = list(dl)
-    assert_same_batches([got_first] + got_next, [want_first] + want_next)
-
-
-def test_loader_arguments_are_checked(compiled):
-    ds = CompiledDataset(str(compiled))
-    with pytest.raises(ValueError, match=r"roboreel.loader does not take \['collate_fn'\]"):
-        roboreel.loader(ds, batch_size=4, collate_fn=list)
-    with pytest.raises(ValueError, match="in_order must be True"):
-        roboreel.loader(ds, mix_workers=False, batch_size=4, num_workers=2, in_order=False)
-    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
-        roboreel.loader(ds, batch_size=0)
-    with pytest.raises(ValueError, match="prefetch_batches must be an integer >= 1"):
-        roboreel.loader(ds, batch_size=2, prefetch_batches=0)
-    with pytest.raises(ValueError, match=r"must be a roboreel CompiledDataset \(one or a mixture\), got list"):
-        roboreel.loader([], batch_size=2)
-    with pytest.raises(ValueError, match="has no 'batches'"):
-        roboreel.loader(ds, batch_size=2).load_state_dict(ds.state_dict())
-
-
-def test_an_abandoned_loader_stops_its_thread_and_workers(compiled):
-    before = {p.pid for p in multiprocessing.active_children()}
-    dl = roboreel.loader(_make(compiled)(), mix_workers=False, batch_size=4, num_workers=2)
-    it = iter(dl)
-    next(it)
-    again = iter(dl)  # a new epoch closes the live one first
-    next(again)
-    dl.close()
-    alive = [t for t in threading.enumerate() if t.name == "roboreel-decode" and t.is_alive()]
-    assert alive == []
-    assert [p for p in multiprocessing.active_children() if p.pid not in before and p.is_alive()] == []
-
-
-def test_bench_reads_through_the_loader_when_asked(compiled, tmp_path):
-    from roboreel.bench.runner import RunConfig, run_one
-
-    cfg = RunConfig(batch_size=4, num_workers=2, batches=3, warmup_batches=1, device_loader=True)
-    res = run_one("compiled", "single", compiled=str(compiled), source=str(compiled), cfg=cfg)
-    assert res["decode_stage"] == "main-process" and res["samples"] == 12 and res["fallback_clips"] == 0
-    assert res["latency_p50_ms"] > 0 and res["decoder_opens"] > 0
-    assert res["gpu_max_allocated_mb"] is None  # CPU run: no GPU memory to report
-
-
 # -- on a GPU ----------------------------------------------------------------------------------------------
 @pytest.mark.needs_cuda
 @needs_cuda
 def test_gpu_batches_match_the_cpu_batches(large):
     """NVDEC-sized clips: frames decoded on the GPU, same keys/dtypes/shapes, same frames (pixel codes), pixel
     values within codec tolerance (NVDEC + NPP colour conversion is not bit-exact with FFmpeg's swscale)."""
-    want = list(roboreel.loader(_make(large)(), mix_workers=False, batch_size=4, num_workers=2))
-    dl = roboreel.loader(_make(large, device="cuda")(), mix_workers=False, batch_size=4, num_workers=2, pin_memory=True)
+    want = list(roboreel.loader(make_dataset(large)(), mix_workers=False, batch_size=4, num_workers=2))
+    dl = roboreel.loader(make_dataset(large, device="cuda")(), mix_workers=False, batch_size=4, num_workers=2, pin_memory=True)
     got = list(dl)
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
@@ -325,14 +185,14 @@ def test_gpu_batches_match_the_cpu_batches(large):
 @pytest.mark.needs_cuda
 @needs_cuda
 def test_gpu_small_frames_fall_back_per_clip_with_one_warning_per_camera(compiled, caplog):
-    want = list(roboreel.loader(_make(compiled)(), mix_workers=False, batch_size=5, num_workers=2))
+    want = list(roboreel.loader(make_dataset(compiled)(), mix_workers=False, batch_size=5, num_workers=2))
     with caplog.at_level(logging.WARNING, logger=ROUTING_LOG):
-        dl = roboreel.loader(_make(compiled, device="cuda")(), mix_workers=False, batch_size=5, num_workers=2)
-        got = [_on_cpu(b) for b in dl]
+        dl = roboreel.loader(make_dataset(compiled, device="cuda")(), mix_workers=False, batch_size=5, num_workers=2)
+        got = [on_cpu(b) for b in dl]
     assert_same_batches(got, want)  # decoded on the CPU, moved to the GPU: identical values
     msgs = [r.getMessage() for r in caplog.records if r.name == ROUTING_LOG]
     assert len(msgs) == len(CAMERAS) and all("below NVDEC's hevc minimum" in m for m in msgs)
-    clips = _routed_clips(_make(compiled)(), 2, 0)  # 16, or 18 where the split cut an episode in two
+    clips = routed_clips(make_dataset(compiled)(), 2, 0)  # 16, or 18 where the split cut an episode in two
     st = dl.stats()
     assert st["fallback_clips"] == clips and st["clips_by_device"] == {"cpu": clips}, st
 
@@ -340,7 +200,7 @@ def test_gpu_small_frames_fall_back_per_clip_with_one_warning_per_camera(compile
 @pytest.mark.needs_cuda
 @needs_cuda
 def test_gpu_dataset_is_not_iterated_in_workers(compiled):
-    ds = _make(compiled, device="cuda")()
+    ds = make_dataset(compiled, device="cuda")()
     with pytest.raises(RuntimeError, match=r"read it with roboreel.loader"):
         next(iter(ds))
     with pytest.raises(RuntimeError, match=r"roboreel.loader"):
@@ -352,16 +212,16 @@ def test_gpu_dataset_is_not_iterated_in_workers(compiled):
 @pytest.mark.needs_cuda
 @needs_cuda
 def test_gpu_resume_through_the_loader(large):
-    make = _make(large, device="cuda", epoch=1)
-    full = [_on_cpu(b) for b in roboreel.loader(make(), mix_workers=False, batch_size=3, num_workers=2)]
+    make = make_dataset(large, device="cuda", epoch=1)
+    full = [on_cpu(b) for b in roboreel.loader(make(), mix_workers=False, batch_size=3, num_workers=2)]
     dl = roboreel.loader(make(), mix_workers=False, batch_size=3, num_workers=2)
     it = iter(dl)
-    first = [_on_cpu(next(it)) for _ in range(2)]
+    first = [on_cpu(next(it)) for _ in range(2)]
     state = dl.state_dict()
     del it
     dl2 = roboreel.loader(make(), mix_workers=False, batch_size=3, num_workers=2)
     dl2.load_state_dict(state)
-    rest = [_on_cpu(b) for b in dl2]
+    rest = [on_cpu(b) for b in dl2]
     assert [int(i) for b in first + rest for i in b["index"]] == [int(i) for b in full for i in b["index"]]
 
 
@@ -382,8 +242,8 @@ def test_gpu_bench_reports_gpu_memory(large):
 def test_cpu_decode_lands_on_the_gpu_bit_identical(large, uint8):
     """decode_device="cpu", device="cuda": CPU decode threads, uint8 channels-last pinned staging, transposed and
     divided by 255 on the GPU; the values are the CPU path's exactly (same decode, same arithmetic)."""
-    want = list(roboreel.loader(_make(large, return_uint8=uint8)(), mix_workers=False, batch_size=4, num_workers=2))
-    got = [_on_cpu(b) for b in roboreel.loader(_make(large, return_uint8=uint8)(), mix_workers=False, batch_size=4, num_workers=2,
+    want = list(roboreel.loader(make_dataset(large, return_uint8=uint8)(), mix_workers=False, batch_size=4, num_workers=2))
+    got = [on_cpu(b) for b in roboreel.loader(make_dataset(large, return_uint8=uint8)(), mix_workers=False, batch_size=4, num_workers=2,
                                                device="cuda")]
     assert_same_batches(got, want)
 

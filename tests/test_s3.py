@@ -15,10 +15,11 @@ import pytest
 import s3fs
 import torch
 from moto.server import ThreadedMotoServer
+from support.compiled import tree
 from support.datasets import batch_indices
 from support.resume import assert_same_batches
 from support.tcpproxy import ResettingProxy
-from test_compile import TEST, tree
+from test_compile import TEST
 
 from roboreel.compile import compile_dataset
 from roboreel.formats.manifest import load_manifest
