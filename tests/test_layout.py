@@ -174,7 +174,7 @@ def test_compile_functions_take_at_most_eight_parameters():
 # data/ are LeRobot's layout, a source's as much as OUT's, and the prefix of LeRobot's column names: not checked)
 OUT_SPELLINGS = (".roboreel-parts", ".roboreel-compile", "roboreel.json", "update.json", ".lock", "shard-",
                  "shards/", "index/")
-OUT_NAMES_IN_FORMATS = {"MANIFEST_NAME", "COMPILE_LOCK_NAME", "SHARD_DIR", "INDEX_DIR", "shard_path",
+OUT_NAMES_IN_FORMATS = {"MANIFEST_NAME", "COMPILE_RECORD_NAME", "SHARD_DIR", "INDEX_DIR", "shard_path",
                         "DEFAULT_DATA_PATH", "DEFAULT_VIDEO_PATH", "EPISODES_PATH"}
 
 
