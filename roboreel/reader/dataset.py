@@ -51,6 +51,7 @@ from roboreel.reader.plan.epoch import (
     uneven_split_message,
 )
 from roboreel.reader.plan.frames import frame_offsets
+from roboreel.reader.plan.pool import ScheduleKey
 from roboreel.reader.plan.shuffled import DEFAULT_SPREAD, MAX_RUNS, make_schedule
 from roboreel.reader.plan.windows import delta_offsets
 from roboreel.reader.random_access import RandomAccess
@@ -302,8 +303,8 @@ class CompiledDataset(StreamCore):
         order, sizes, starts, stops = stream_arrays(slices, self.manifest.lengths)
         schedule = make_schedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
                                  pool_size=self.episode_pool_size,
-                                 shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=world.rank,
-                                 worker=world.worker, frame_order=self.decode_options.frame_order,
+                                 shuffle=self.shuffle, key=ScheduleKey(self.seed, epoch, world.rank, world.worker),
+                                 frame_order=self.decode_options.frame_order,
                                  segment=self.segment, spread=self.spread, near=near_offsets(self.fps))
         position = self._start(epoch, world, skip, schedule.total)
         schedule.skip(skip)
