@@ -17,6 +17,7 @@ import errno
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -267,21 +268,49 @@ def finalize(out: str) -> Manifest:
                                 f"{MANIFEST}; the shards stay in {out}: rerun the same command to finish)") from e
 
 
+def _remove_killed_temps(out: str, gen: int) -> None:
+    """The temp files of writes a kill interrupted: every shard is done, so nothing writes them any more."""
+    for rel in (META_INFO, META_TASKS, META_STATS, META_EPISODES, MANIFEST, RECORD, UPDATE_STATE):
+        # left by a finalize that was killed, or by a run killed while it wrote the record or an update's state
+        remove_stale_temps(os.path.join(out, rel))
+    # temps under the index (a killed finalize) and the source meta snapshot (a run killed while it copied it)
+    for top in (index_dir(gen), SNAPSHOT_DIR):
+        for d, _, names in os.walk(os.path.join(out, top)):
+            for name in names:
+                if name.startswith(".") and name.endswith(".tmp"):
+                    os.unlink(os.path.join(d, name))
+
+
+def _put_stats(put: Callable[[str, bytes], None], out: str, snap: Any, settings: CompileSettings,
+               cams: list[str], camera_stats: Any, step: int) -> frozenset[str]:
+    """Write meta/stats.json; returns the tabular features whose stats stay the source's.
+
+    --resize alone keeps every row as it is: the stats of the tabular features stay the source's (which need
+    not be what the recorder computed: lerobot-edit-dataset's recompute_stats --relative_action rewrites the
+    action's); the cameras' are recomputed from the frames written. --fps keeps other rows: all recomputed."""
+    info = snap.info
+    keep: frozenset[str] = frozenset()
+    if settings.transforms:  # what was kept differs from the source: stats of the compiled frames and rows
+        src_stats = snap.stats or {}
+        if step == 1:
+            keep = frozenset(k for k in src_stats if k in info.features and k not in cams)
+        stats = {**dataset_stats(camera_stats, info.features), **{k: src_stats[k] for k in keep}}
+        put(META_STATS, (json.dumps(dict(sorted(stats.items())), indent=4) + "\n").encode())
+    elif snap.exists(v3.STATS_PATH):
+        with snap.open(v3.STATS_PATH) as f:
+            put(META_STATS, f.read())
+    else:  # a source that has none (any more): the stats of an earlier compile of OUT must not stay
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out, META_STATS))
+    return keep
+
+
 def _finalize(out: str, record: dict[str, Any]) -> Manifest:
     settings = CompileSettings.from_dict(record["settings"])
     snap = snapshot_source(out)
     info = snap.info
     cams = clip_keys(info.features, settings)  # video features, and image features made clips
-    for rel in (META_INFO, META_TASKS, META_STATS, META_EPISODES, MANIFEST, RECORD, UPDATE_STATE):
-        # left by a finalize that was killed, or by a run killed while it wrote the record or an update's state
-        # (every shard is done: no run writes either any more)
-        remove_stale_temps(os.path.join(out, rel))
-    # temps under the index (a killed finalize) and the source meta snapshot (a run killed while it copied it)
-    for top in (index_dir(generation(record)), SNAPSHOT_DIR):
-        for d, _, names in os.walk(os.path.join(out, top)):
-            for name in names:
-                if name.startswith(".") and name.endswith(".tmp"):
-                    os.unlink(os.path.join(d, name))
+    _remove_killed_temps(out, generation(record))
     descriptor, cameras, ids, shard_of = write_shard_index(out, record, cams)
     specs = cameras.specs()
     step = frame_step(info.fps, settings.fps)
@@ -308,22 +337,7 @@ def _finalize(out: str, record: dict[str, Any]) -> Manifest:
     put(META_INFO, (json.dumps(new_info, indent=4) + "\n").encode())
     with snap.open(v3.TASKS_PATH) as f:
         put(META_TASKS, f.read())
-    # --resize alone keeps every row as it is: the stats of the tabular features stay the source's (which need
-    # not be what the recorder computed: lerobot-edit-dataset's recompute_stats --relative_action rewrites the
-    # action's); the cameras' are recomputed from the frames written. --fps keeps other rows: all recomputed.
-    keep: frozenset[str] = frozenset()
-    if settings.transforms:  # what was kept differs from the source: stats of the compiled frames and rows
-        src_stats = snap.stats or {}
-        if step == 1:
-            keep = frozenset(k for k in src_stats if k in info.features and k not in cams)
-        stats = {**dataset_stats(cameras.stats, info.features), **{k: src_stats[k] for k in keep}}
-        put(META_STATS, (json.dumps(dict(sorted(stats.items())), indent=4) + "\n").encode())
-    elif snap.exists(v3.STATS_PATH):
-        with snap.open(v3.STATS_PATH) as f:
-            put(META_STATS, f.read())
-    else:  # a source that has none (any more): the stats of an earlier compile of OUT must not stay
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(out, META_STATS))
+    keep = _put_stats(put, out, snap, settings, cams, cameras.stats, step)
     episodes = _episodes_table(snap, record, (ids, shard_of), info.camera_keys, fps, step,
                                cameras.stats if settings.transforms else None, keep)
     put(META_EPISODES, table_to_parquet_bytes(episodes))
