@@ -62,7 +62,12 @@ def main() -> int:
     )
     from roboreel.reader.decode.routing import Router
     from roboreel.reader.decode.runs import RunBudget
-    from roboreel.reader.decode.stage import DecodePool, default_decode_threads, default_inflight_batches
+    from roboreel.reader.decode.stage import (
+        BatchLayout,
+        DecodePool,
+        default_decode_threads,
+        default_inflight_batches,
+    )
     from roboreel.reader.loader._loader import _PendingStream
 
     pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES, DECODE_TRIM_THRESHOLD_BYTES)  # as roboreel.loader's process
@@ -97,9 +102,9 @@ def main() -> int:
             return DeviceDecoders(router, keep=ds.keep_frames, max_call_bytes=DECODE_CALL_BYTES, run_budget=budget,
                                   gpu_run_budget=None, idle=idle, depth=ds.depth)
 
-        pool = DecodePool(threads=threads, make_decoders=make, cameras=cameras, pin=False, dtype=dtype,
-                          staging={c: torch.device("cpu") for c in cameras}, tolerance_s=ds.decode_options.tolerance_s,
-                          buffers=buffers)
+        pool = DecodePool(threads=threads, make_decoders=make,
+                          layout=BatchLayout(cameras, {c: torch.device("cpu") for c in cameras}, dtype=dtype),
+                          tolerance_s=ds.decode_options.tolerance_s, buffers=buffers)
         jobs: deque = deque()
         n = 0
         try:

@@ -10,7 +10,7 @@
 #   SRC=hf://datasets/org/name OUT=/scratch/compiled/name PARTS=64 bash scripts/slurm_compile.sh
 #
 # OUT must be on a filesystem every node sees. Every task must use the same SRC and compile settings (the
-# OUT lock refuses mixing). Extra compile options go in COMPILE_ARGS, e.g. COMPILE_ARGS="--crf 24 --gop 10".
+# compile record refuses mixing). Extra compile options go in COMPILE_ARGS, e.g. COMPILE_ARGS="--crf 24 --gop 10".
 set -euo pipefail
 
 : "${SRC:?set SRC to the source dataset (path or fsspec URL)}"

@@ -277,8 +277,8 @@ def test_remote_source_over_http(small_source, small_compiled, tmp_path):
     assert load_manifest(str(out)).source["url"].startswith("http://127.0.0.1:")
 
 
-def test_rerun_removes_the_temp_of_a_lock_write_that_was_killed(small_source, small_compiled, tmp_path):
-    """A kill while the lock is written leaves its temp file; the run that finalizes removes it."""
+def test_rerun_removes_the_temp_of_a_record_write_that_was_killed(small_source, small_compiled, tmp_path):
+    """A kill while the record is written leaves its temp file; the run that finalizes removes it."""
     out = tmp_path / "out"
     shutil.copytree(small_compiled, out)
     stale = out / "..roboreel-compile.json.0123456789ab.tmp"

@@ -78,8 +78,8 @@ def test_loop_filters_on_request_and_frames_still_exact(source_factory, tmp_path
 
 
 @pytest.mark.parametrize(("new", "refused"), [(True, False), (False, True)])
-def test_a_lock_from_before_the_setting_means_filters_on(new: bool, refused: bool):
-    """An OUT locked by an older roboreel (no ``loop_filters`` key) was encoded with x265's filters on: resuming it
+def test_a_record_from_before_the_setting_means_filters_on(new: bool, refused: bool):
+    """An OUT compiled by an older roboreel (no ``loop_filters`` key) was encoded with x265's filters on: resuming it
     with them on is the same compile; with the new default it is refused, naming the setting."""
     old = make_record(url="src", fingerprint="f", settings=TEST, chunks_size=1000, shards=[[0]])
     del old["settings"]["loop_filters"]

@@ -230,7 +230,7 @@ def test_a_transform_to_what_the_source_is_is_the_plain_compile(tmp_path, asked)
     """``--fps`` equal to the source's (k = 1), or ``--resize`` to the size every camera has, asks for nothing:
     every byte, stats and settings included, is the compile without it. Either used to count as a transform, so
     the camera stats were recomputed from the decoded (lossy) frames and replaced the recorder's, and
-    roboreel.json / the lock recorded the option, refusing a later run that left it out."""
+    roboreel.json / the record kept the option, refusing a later run that left it out."""
     src = make_source(tmp_path / "src", episodes=2, min_length=5, max_length=7)
     assert json.loads((src / "meta/info.json").read_text())["fps"] == 20
     plain, same = tmp_path / "plain", tmp_path / "same"

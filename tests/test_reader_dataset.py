@@ -15,7 +15,7 @@ from roboreel.reader import CompiledDataset, DecodeOptions
 from roboreel.reader.decode.clips import DEFAULT_RUN_CACHE_BYTES, ClipDecoders, _calls, materialize
 from roboreel.reader.fetch.source import SliceReader, Store
 from roboreel.reader.plan.epoch import Slice
-from roboreel.reader.plan.pool import LoadedEpisode, PoolSchedule, pending_samples
+from roboreel.reader.plan.pool import EpisodeSpec, LoadedEpisode, PoolSchedule, ScheduleKey, pending_samples
 from roboreel.reader.plan.requests import EpisodeClip, FrameRequest, PendingSample
 
 CAMERAS = ["observation.images.top", "observation.images.wrist"]
@@ -109,11 +109,11 @@ def _epoch_pending(ds: CompiledDataset, pool_size: int) -> list[PendingSample]:
     m = ds.manifest
     slices = [Slice(i, tuple(s.episodes)) for i, s in enumerate(m.shards)]
     order = [e for s in slices for e in s.episodes]
-    schedule = PoolSchedule(order, [m.episode(e).length for e in order], pool_size=pool_size, shuffle=True, seed=0,
-                            epoch=0, rank=0, worker=0, segment=ds.segment)
+    schedule = PoolSchedule(order, [m.episode(e).length for e in order], pool_size=pool_size, shuffle=True,
+                            key=ScheduleKey(0, 0), segment=ds.segment)
     reader = SliceReader(Store(ds.url), m)
-    loaded = (LoadedEpisode(r, shard=m.shards[s].path, tabular_keys=ds.tabular_keys, camera_keys=ds.camera_keys,
-                            windows={}, tasks=m.tasks) for s, r in reader.records(slices))
+    spec = EpisodeSpec(ds.tabular_keys, ds.camera_keys, {}, m.tasks)
+    loaded = (LoadedEpisode(r, shard=m.shards[s].path, spec=spec) for s, r in reader.records(slices))
     return list(pending_samples(schedule, loaded))
 
 

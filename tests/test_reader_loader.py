@@ -27,7 +27,7 @@ from roboreel.reader.decode.gpu import DeviceDecoders
 from roboreel.reader.decode.heap import DECODE_CALL_BYTES
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
-from roboreel.reader.decode.stage import DecodePool, default_decode_threads
+from roboreel.reader.decode.stage import BatchLayout, DecodePool, default_decode_threads
 from roboreel.reader.loader._loader import DeviceLoader, _PendingStream
 from roboreel.reader.loader._stage import finish_batch
 
@@ -181,9 +181,9 @@ def _decode_epoch(ds, budget: RunBudget, *, max_call_bytes: int, threads: int = 
     every batch, the pool's counters, and the most the budget held after any batch was submitted."""
     cameras = {c.key: c for c in ds.manifest.cameras}
     router = Router("cpu", cameras=cameras)
-    pool = DecodePool(threads=threads, cameras=cameras, staging={c: torch.device("cpu") for c in cameras},
+    pool = DecodePool(threads=threads, layout=BatchLayout(cameras, {c: torch.device("cpu") for c in cameras}),
                       make_decoders=lambda: DeviceDecoders(router, max_call_bytes=max_call_bytes, run_budget=budget),
-                      pin=False, tolerance_s=ds.decode_options.tolerance_s)
+                      tolerance_s=ds.decode_options.tolerance_s)
     out, peak = [], 0
     try:
         for pb in DataLoader(_PendingStream(ds), batch_size=4, collate_fn=collate_pending):
@@ -229,7 +229,7 @@ def test_a_bad_clip_fails_its_batch_naming_the_clip(compiled, max_call_bytes):
     cameras = {c.key: c for c in ds.manifest.cameras}
     router = Router("cpu", cameras=cameras)
     pool = DecodePool(threads=2, make_decoders=lambda: DeviceDecoders(router, max_call_bytes=max_call_bytes),
-                      cameras=cameras, staging={c: torch.device("cpu") for c in cameras}, pin=False,
+                      layout=BatchLayout(cameras, {c: torch.device("cpu") for c in cameras}),
                       tolerance_s=ds.decode_options.tolerance_s)
     try:
         job = pool.submit(pbs[0])
@@ -273,9 +273,9 @@ def test_channels_last_staging_gives_the_same_contiguous_batches(compiled, uint8
     ds = make()
     cameras = {c.key: c for c in ds.manifest.cameras}
     router = Router("cpu", cameras=cameras)
-    pool = DecodePool(threads=2, make_decoders=lambda: DeviceDecoders(router, keep=ds.keep_frames), cameras=cameras,
-                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.decode_options.tolerance_s,
-                      channels_last=True)
+    pool = DecodePool(threads=2, make_decoders=lambda: DeviceDecoders(router, keep=ds.keep_frames),
+                      layout=BatchLayout(cameras, {c: torch.device("cpu") for c in cameras}, channels_last=True),
+                      tolerance_s=ds.decode_options.tolerance_s)
     got = []
     try:
         for pb in DataLoader(_PendingStream(ds), batch_size=5, collate_fn=collate_pending):
@@ -303,8 +303,9 @@ def test_closing_with_chained_tasks_queued_returns(compiled):
     pbs = list(DataLoader(_PendingStream(ds), batch_size=3, collate_fn=collate_pending))
     cameras = {c.key: c for c in ds.manifest.cameras}
     router = Router("cpu", cameras=cameras)
-    pool = DecodePool(threads=1, make_decoders=lambda: DeviceDecoders(router), cameras=cameras,
-                      staging={c: torch.device("cpu") for c in cameras}, pin=False, tolerance_s=ds.decode_options.tolerance_s)
+    pool = DecodePool(threads=1, make_decoders=lambda: DeviceDecoders(router),
+                      layout=BatchLayout(cameras, {c: torch.device("cpu") for c in cameras}),
+                      tolerance_s=ds.decode_options.tolerance_s)
     gate = threading.Event()
     pool._executor.submit(gate.wait)  # hold the only thread, so every task below queues (chained per clip)
     for pb in pbs[:4]:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roboreel.reader.plan.pool import PoolSchedule, episode_frame_order
+from roboreel.reader.plan.pool import PoolSchedule, ScheduleKey, episode_frame_order
 
 LENGTHS = np.random.default_rng(0).integers(5, 61, 40).tolist()
 EPISODES = [100 + 3 * i for i in range(len(LENGTHS))]  # stream order need not be index order
 
 
 def schedule(**kw) -> PoolSchedule:
-    args = {"pool_size": 8, "shuffle": True, "seed": 0, "epoch": 0, "rank": 0, "worker": 0, **kw}
-    return PoolSchedule(EPISODES, LENGTHS, **args)
+    key = {"seed": 0, "epoch": 0, "rank": 0, "worker": 0}
+    key.update((k, kw.pop(k)) for k in list(key) if k in kw)
+    args = {"pool_size": 8, "shuffle": True, **kw}
+    return PoolSchedule(EPISODES, LENGTHS, key=ScheduleKey(**key), **args)
 
 
 @pytest.mark.parametrize("frame_order", ["segments", "random"])
@@ -46,7 +48,7 @@ def test_no_shuffle_is_file_order():
 
 
 def test_segments_leave_gop_runs_front_to_back():
-    order = episode_frame_order(47, episode=5, seed=0, epoch=0, order="segments", segment=10)
+    order = episode_frame_order(range(47), episode=5, seed=0, epoch=0, order="segments", segment=10)
     assert sorted(order) == list(range(47)) and order != list(range(47))
     pos = 0
     while pos < 47:  # each run is one aligned segment, in order
@@ -55,7 +57,7 @@ def test_segments_leave_gop_runs_front_to_back():
         n = min(10, 47 - s)
         assert order[pos : pos + n] == list(range(s, s + n))
         pos += n
-    assert episode_frame_order(47, episode=5, seed=0, epoch=1, order="segments", segment=10) != order
+    assert episode_frame_order(range(47), episode=5, seed=0, epoch=1, order="segments", segment=10) != order
 
 
 @pytest.mark.parametrize("kw", [{}, {"shuffle": False}, {"frame_order": "random"}, {"segment": 7}])

@@ -10,6 +10,7 @@ from support.datasets import compiled_pair
 
 import roboreel
 from roboreel.reader import CompiledDataset
+from roboreel.reader.plan.pool import ScheduleKey
 from roboreel.reader.plan.shuffled import MAX_RUNS, ShuffledSchedule, make_schedule
 
 LENGTHS = np.random.default_rng(1).integers(5, 160, 40).tolist()
@@ -17,9 +18,10 @@ EPISODES = [7 + 2 * i for i in range(len(LENGTHS))]
 
 
 def schedule(**kw) -> ShuffledSchedule:
-    args = {"pool_size": 8, "shuffle": True, "seed": 0, "epoch": 0, "rank": 0, "worker": 0, "spread": 12,
-            "near": 9, "segment": 10, **kw}
-    s = make_schedule(EPISODES, LENGTHS, frame_order="shuffled", **args)
+    key = {"seed": 0, "epoch": 0, "rank": 0, "worker": 0}
+    key.update((k, kw.pop(k)) for k in list(key) if k in kw)
+    args = {"pool_size": 8, "shuffle": True, "spread": 12, "near": 9, "segment": 10, **kw}
+    s = make_schedule(EPISODES, LENGTHS, frame_order="shuffled", key=ScheduleKey(**key), **args)
     assert isinstance(s, ShuffledSchedule)
     return s
 
@@ -72,7 +74,7 @@ def test_no_two_near_frames_of_an_episode_within_spread_picks_until_the_pool_dra
         bad = near_pairs(picks, 12, 9)
         assert not bad or len(picks) - bad[0] <= 2 * 12 * 10, (seed, len(picks) - bad[0])
     segments = [(p, f) for p, f, _ in make_schedule(EPISODES, LENGTHS, frame_order="segments", pool_size=8,
-                                                      shuffle=True, seed=0, epoch=0, rank=0, worker=0)]
+                                                      shuffle=True, key=ScheduleKey(0, 0))]
     assert len(near_pairs(segments, 12, 9)) > len(segments) // 2  # the old order: mostly neighbours
 
 
@@ -96,8 +98,8 @@ def test_cut_episodes_and_file_order():
     ranges = [(min(3, n - 1), n) for n in LENGTHS]
     s = schedule(ranges=ranges)
     assert sorted((p, f) for p, f, _ in s) == [(p, f) for p, (a, b) in enumerate(ranges) for f in range(a, b)]
-    plain = make_schedule(EPISODES, LENGTHS, frame_order="shuffled", pool_size=8, shuffle=False, seed=0, epoch=0,
-                          rank=0, worker=0)
+    plain = make_schedule(EPISODES, LENGTHS, frame_order="shuffled", pool_size=8, shuffle=False,
+                          key=ScheduleKey(0, 0))
     assert [(p, f) for p, f, _ in plain] == [(p, f) for p, n in enumerate(LENGTHS) for f in range(n)]
 
 

@@ -136,7 +136,7 @@ def measure(root: str, batch_size: int, num_workers: int) -> dict[str, Any]:
 
     from roboreel.reader import CompiledDataset
     from roboreel.reader.plan.epoch import World, consumer_slices, stream_arrays
-    from roboreel.reader.plan.pool import PoolSchedule
+    from roboreel.reader.plan.pool import PoolSchedule, ScheduleKey
 
     rss0 = _rss_mb()
     t0 = time.perf_counter()
@@ -154,7 +154,7 @@ def measure(root: str, batch_size: int, num_workers: int) -> dict[str, Any]:
                              sel=ds.selection)
     order, sizes, starts, stops = stream_arrays(slices, ds.manifest.lengths)
     schedule = PoolSchedule(order, sizes, ranges=np.stack([starts, stops], axis=1), pool_size=32, shuffle=True,
-                            seed=0, epoch=0, rank=0, worker=0)
+                            key=ScheduleKey(0, 0))
     ds.manifest.index.shard_entries(slices[0].shard)
     plan_s = time.perf_counter() - t0
     rss_index = _rss_mb()

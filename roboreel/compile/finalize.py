@@ -1,6 +1,6 @@
 """Finalize a compile: once every shard exists, rewrite LeRobot v3 meta/ and write ``roboreel.json`` last.
 
-Reads only OUT (the lock, the per-shard sidecars and the source meta snapshot), so it can run as its own job
+Reads only OUT (the record, the per-shard sidecars and the source meta snapshot), so it can run as its own job
 after a SLURM array. Idempotent: running it again rewrites the same bytes.
 
 meta/ describes the compiled dataset as LeRobot v3: data/ files are the shards' parquet files; each episode's
@@ -17,6 +17,7 @@ import errno
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -117,13 +118,13 @@ class _Cameras:
         return specs
 
 
-def write_shard_index(out: str, lock: dict[str, Any], cams: list[str]) -> tuple[dict[str, Any], _Cameras,
+def write_shard_index(out: str, record: dict[str, Any], cams: list[str]) -> tuple[dict[str, Any], _Cameras,
                                                                               np.ndarray, np.ndarray]:
     """One pass over the shards' sidecars, in shard order: the columnar index (index.py) written as it goes,
     camera facts gathered. Memory holds one sidecar and two int arrays (episode -> shard), not every entry.
     Returns the index descriptor, the camera facts, and the episode ids with their shards. Raises
     CompiledFormatError listing the shards not (completely) compiled yet."""
-    planned, gen = lock["shards"], generation(lock)
+    planned, gen = record["shards"], generation(record)
     writer, acc = IndexWriter(out, index_dir(gen)), _Cameras(cams)
     missing: list[int] = []
     ids: list[int] = []
@@ -195,7 +196,7 @@ def compiled_features(features: dict[str, Any], specs: list[CameraSpec], setting
     return feats
 
 
-def _episodes_table(snapshot, lock: dict, placed: tuple[np.ndarray, np.ndarray], cams: list[str],
+def _episodes_table(snapshot, record: dict, placed: tuple[np.ndarray, np.ndarray], cams: list[str],
                     fps: int, step: int = 1, stats: dict[int, dict[str, Any]] | None = None,
                     keep: frozenset[str] = frozenset()) -> pa.Table:
     """meta/episodes for the compiled layout, ``placed``: the episode ids and the shard of each; with ``step`` > 1 lengths and indices on the new grid
@@ -205,7 +206,7 @@ def _episodes_table(snapshot, lock: dict, placed: tuple[np.ndarray, np.ndarray],
     tables = [read_parquet(snapshot.fs, snapshot.path(rel), rel) for rel in snapshot.episode_files()]
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
     table = table.take(pc.sort_indices(table, [("episode_index", "ascending")]))
-    cs = int(lock["chunks_size"])
+    cs = int(record["chunks_size"])
     eps = table.column("episode_index").to_pylist()
     lengths = [kept_length(n, step) for n in table.column("length").to_pylist()]
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64).tolist()
@@ -254,7 +255,7 @@ def finalize(out: str) -> Manifest:
     then rewrites the same bytes."""
     out = os.fspath(out)
     if read_record(out) is None:
-        raise CompiledFormatError("no compile lock: not a roboreel compile output", file=out)
+        raise CompiledFormatError("no compile record: not a roboreel compile output", file=out)
     with out_lock(out, FINALIZE_LOCK, "finalizes"):
         try:
             return _finalize(out, read_record(out))
@@ -267,22 +268,50 @@ def finalize(out: str) -> Manifest:
                                 f"{MANIFEST}; the shards stay in {out}: rerun the same command to finish)") from e
 
 
-def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
-    settings = CompileSettings.from_dict(lock["settings"])
-    snap = snapshot_source(out)
-    info = snap.info
-    cams = clip_keys(info.features, settings)  # video features, and image features made clips
+def _remove_killed_temps(out: str, gen: int) -> None:
+    """The temp files of writes a kill interrupted: every shard is done, so nothing writes them any more."""
     for rel in (META_INFO, META_TASKS, META_STATS, META_EPISODES, MANIFEST, RECORD, UPDATE_STATE):
-        # left by a finalize that was killed, or by a run killed while it wrote the lock or an update's state
-        # (every shard is done: no run writes either any more)
+        # left by a finalize that was killed, or by a run killed while it wrote the record or an update's state
         remove_stale_temps(os.path.join(out, rel))
     # temps under the index (a killed finalize) and the source meta snapshot (a run killed while it copied it)
-    for top in (index_dir(generation(lock)), SNAPSHOT_DIR):
+    for top in (index_dir(gen), SNAPSHOT_DIR):
         for d, _, names in os.walk(os.path.join(out, top)):
             for name in names:
                 if name.startswith(".") and name.endswith(".tmp"):
                     os.unlink(os.path.join(d, name))
-    descriptor, cameras, ids, shard_of = write_shard_index(out, lock, cams)
+
+
+def _put_stats(put: Callable[[str, bytes], None], out: str, snap: Any, settings: CompileSettings,
+               cams: list[str], camera_stats: Any, step: int) -> frozenset[str]:
+    """Write meta/stats.json; returns the tabular features whose stats stay the source's.
+
+    --resize alone keeps every row as it is: the stats of the tabular features stay the source's (which need
+    not be what the recorder computed: lerobot-edit-dataset's recompute_stats --relative_action rewrites the
+    action's); the cameras' are recomputed from the frames written. --fps keeps other rows: all recomputed."""
+    info = snap.info
+    keep: frozenset[str] = frozenset()
+    if settings.transforms:  # what was kept differs from the source: stats of the compiled frames and rows
+        src_stats = snap.stats or {}
+        if step == 1:
+            keep = frozenset(k for k in src_stats if k in info.features and k not in cams)
+        stats = {**dataset_stats(camera_stats, info.features), **{k: src_stats[k] for k in keep}}
+        put(META_STATS, (json.dumps(dict(sorted(stats.items())), indent=4) + "\n").encode())
+    elif snap.exists(v3.STATS_PATH):
+        with snap.open(v3.STATS_PATH) as f:
+            put(META_STATS, f.read())
+    else:  # a source that has none (any more): the stats of an earlier compile of OUT must not stay
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out, META_STATS))
+    return keep
+
+
+def _finalize(out: str, record: dict[str, Any]) -> Manifest:
+    settings = CompileSettings.from_dict(record["settings"])
+    snap = snapshot_source(out)
+    info = snap.info
+    cams = clip_keys(info.features, settings)  # video features, and image features made clips
+    _remove_killed_temps(out, generation(record))
+    descriptor, cameras, ids, shard_of = write_shard_index(out, record, cams)
     specs = cameras.specs()
     step = frame_step(info.fps, settings.fps)
     fps = info.fps // step
@@ -294,7 +323,7 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         "total_frames": int(descriptor["frames_total"]),
         "total_tasks": len(tasks),
         "fps": fps,
-        "chunks_size": int(lock["chunks_size"]),
+        "chunks_size": int(record["chunks_size"]),
         "data_path": DATA_PATH_TEMPLATE,
         "video_path": VIDEO_PATH_TEMPLATE if cams else None,
         "features": features,
@@ -308,23 +337,8 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
     put(META_INFO, (json.dumps(new_info, indent=4) + "\n").encode())
     with snap.open(v3.TASKS_PATH) as f:
         put(META_TASKS, f.read())
-    # --resize alone keeps every row as it is: the stats of the tabular features stay the source's (which need
-    # not be what the recorder computed: lerobot-edit-dataset's recompute_stats --relative_action rewrites the
-    # action's); the cameras' are recomputed from the frames written. --fps keeps other rows: all recomputed.
-    keep: frozenset[str] = frozenset()
-    if settings.transforms:  # what was kept differs from the source: stats of the compiled frames and rows
-        src_stats = snap.stats or {}
-        if step == 1:
-            keep = frozenset(k for k in src_stats if k in info.features and k not in cams)
-        stats = {**dataset_stats(cameras.stats, info.features), **{k: src_stats[k] for k in keep}}
-        put(META_STATS, (json.dumps(dict(sorted(stats.items())), indent=4) + "\n").encode())
-    elif snap.exists(v3.STATS_PATH):
-        with snap.open(v3.STATS_PATH) as f:
-            put(META_STATS, f.read())
-    else:  # a source that has none (any more): the stats of an earlier compile of OUT must not stay
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(out, META_STATS))
-    episodes = _episodes_table(snap, lock, (ids, shard_of), info.camera_keys, fps, step,
+    keep = _put_stats(put, out, snap, settings, cams, cameras.stats, step)
+    episodes = _episodes_table(snap, record, (ids, shard_of), info.camera_keys, fps, step,
                                cameras.stats if settings.transforms else None, keep)
     put(META_EPISODES, table_to_parquet_bytes(episodes))
 
@@ -333,8 +347,8 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
         features=features,
         cameras=specs,
         tasks=tasks,
-        source={**lock["source"], "codebase_version": info.raw.get("codebase_version"),
-                "generation": generation(lock)},  # + 1 per update (out/_update.py): a reader names the change
+        source={**record["source"], "codebase_version": info.raw.get("codebase_version"),
+                "generation": generation(record)},  # + 1 per update (out/_update.py): a reader names the change
         settings={**settings.to_dict(), **transform_record(settings, info, specs, {c: camera_hw(info.features[c]) for c in cams}), "container": "mp4", "x265_params": {
             c.key: settings.x265_params(height=c.height, width=c.width) for c in specs if c.gop is not None}},
         created_by=f"roboreel {__version__}",
@@ -344,5 +358,5 @@ def _finalize(out: str, lock: dict[str, Any]) -> Manifest:
     )
     write_manifest(out, manifest)  # the publication: one rename (formats/atomic.py)
     remove_unused(out, keep=set(cameras.tars) | {descriptor["shards"]["path"]} | {r["path"] for r in
-                  descriptor["episodes"]}, shards=len(lock["shards"]), chunks_size=int(lock["chunks_size"]))
+                  descriptor["episodes"]}, shards=len(record["shards"]), chunks_size=int(record["chunks_size"]))
     return manifest

@@ -37,17 +37,17 @@ FORMAT_NAME = "roboreel"
 FORMAT_VERSION = 2  # 2: per-episode/per-shard facts in the columnar index (index.py); 1: all in this JSON
 READABLE_VERSIONS = (1, 2)
 MANIFEST_NAME = "roboreel.json"
-COMPILE_LOCK_NAME = ".roboreel-compile.json"  # written by compile before anything else (compile/out/_record.py)
+COMPILE_RECORD_NAME = ".roboreel-compile.json"  # written by compile before anything else (compile/out/_record.py)
 
 
 def unfinished_compile(exists: Callable[[str], bool], isdir: Callable[[str], bool], path: str) -> None:
     """Raise CompiledFormatError when the dataset root ``path`` (``exists`` / ``isdir`` of its relative paths) is a
-    compile that has not written roboreel.json yet: its compile lock is there (looked for before meta/info.json,
+    compile that has not written roboreel.json yet: its compile record is there (looked for before meta/info.json,
     which finalize writes first), or shards/ without meta/info.json. inspect and doctor say so, as validate does
     (``manifest-missing``), instead of "not a dataset" or reading it as a LeRobot source."""
     if exists(MANIFEST_NAME):
         return
-    if exists(COMPILE_LOCK_NAME) or (not exists(INFO_PATH) and isdir(SHARD_DIR)):
+    if exists(COMPILE_RECORD_NAME) or (not exists(INFO_PATH) and isdir(SHARD_DIR)):
         raise CompiledFormatError(f"no {MANIFEST_NAME}: compile has not finished (rerun it, or "
                                   "`roboreel compile --finalize` once every part is done)", file=path)
 

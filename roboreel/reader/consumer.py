@@ -37,7 +37,7 @@ from roboreel.reader.fetch.source import SliceReader, Store
 from roboreel.reader.options import DecodeOptions, StreamOptions
 from roboreel.reader.plan.episode_cache import EpisodeCache
 from roboreel.reader.plan.epoch import Slice, World
-from roboreel.reader.plan.pool import LoadedEpisode, PoolSchedule, pending_samples, still_needed
+from roboreel.reader.plan.pool import EpisodeSpec, LoadedEpisode, PoolSchedule, pending_samples, still_needed
 from roboreel.reader.plan.requests import PendingSample
 from roboreel.reader.stats import Flusher, SharedCounters
 
@@ -104,6 +104,7 @@ class MemberStream:
         tabular, cameras = list(records.tabular_keys), list(records.camera_keys)
         images = {k: v for k, v in records.image_keys.items() if k in tabular}  # a mixture keeps the shared ones
         transformed = [k for k in records.transformed_images if k in images]
+        spec = EpisodeSpec(tabular, cameras, windows, manifest.tasks, images, transformed)
 
         cache = records.cache
         if cache is not None and not cache.budget:
@@ -128,9 +129,7 @@ class MemberStream:
                 planned = s.episode_lengths(manifest.index.lengths)
                 for key, (shard, rec), length in zip(keys, reader.records([s]), planned, strict=True):
                     check_record(rec, int(length), manifest.fps, shard_prefix + shard_paths[shard])
-                    ep = LoadedEpisode(rec, shard=shard_prefix + shard_paths[shard], tabular_keys=tabular,
-                                       camera_keys=cameras, windows=windows, tasks=manifest.tasks,
-                                       stream=key[3], images=images, transformed=transformed)
+                    ep = LoadedEpisode(rec, shard=shard_prefix + shard_paths[shard], spec=spec, stream=key[3])
                     if cache is not None and rec.index == key[2]:  # (pending_samples names a stream out of order)
                         cache.put(key, ep)
                     yield ep

@@ -51,6 +51,7 @@ from roboreel.reader.plan.epoch import (
     uneven_split_message,
 )
 from roboreel.reader.plan.frames import frame_offsets
+from roboreel.reader.plan.pool import ScheduleKey
 from roboreel.reader.plan.shuffled import DEFAULT_SPREAD, MAX_RUNS, make_schedule
 from roboreel.reader.plan.windows import delta_offsets
 from roboreel.reader.random_access import RandomAccess
@@ -67,6 +68,24 @@ MAX_KEEP = 32
 def _check_transforms(image_transforms: Any) -> None:
     if image_transforms is not None and not callable(image_transforms):
         raise ValueError("image_transforms must be callable or None")
+
+
+def _check_arguments(*, batch_size: Any, episode_pool_size: Any, image_transforms: Any) -> None:
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+    if not isinstance(episode_pool_size, int) or episode_pool_size < 1:
+        raise ValueError(f"episode_pool_size must be an integer >= 1, got {episode_pool_size!r}")
+    _check_transforms(image_transforms)
+
+
+def _offsets(m: Manifest, delta_timestamps: Mapping[str, Sequence[float]] | None,
+             delta_indices: Mapping[str, Sequence[int]] | None, *, tolerance_s: float) -> dict[str, np.ndarray]:
+    """The windows, ``{key: int64 frame offsets}``, of ``delta_timestamps`` (seconds) or ``delta_indices``."""
+    if delta_indices is not None and delta_timestamps is not None:
+        raise ValueError("give delta_timestamps (seconds) or delta_indices (frames), not both")
+    if delta_indices is not None:
+        return frame_offsets(delta_indices, keys=list(m.features))
+    return delta_offsets(delta_timestamps, fps=m.fps, tolerance_s=tolerance_s, keys=list(m.features))
 
 
 class CompiledDataset(StreamCore):
@@ -138,43 +157,16 @@ class CompiledDataset(StreamCore):
     ) -> None:
         super().__init__()
         del weights, samples_per_epoch  # __new__'s (a mixture never reaches this __init__)
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                       or batch_size < 1):
-            raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+        _check_arguments(batch_size=batch_size, episode_pool_size=episode_pool_size, image_transforms=image_transforms)
         stream, decode = resolve_options(stream, decode)
         self.stream_options, self.decode_options = stream, decode
         decode_device = resolve_decode_device(decode.device, fallback=decode.fallback)
-        if not isinstance(episode_pool_size, int) or episode_pool_size < 1:
-            raise ValueError(f"episode_pool_size must be an integer >= 1, got {episode_pool_size!r}")
-        _check_transforms(image_transforms)
         self.url = str(path_or_url)
-        self.store = Store(self.url, dict(stream.storage_options) if stream.storage_options is not None else None)
-        opts = self.store.storage_options
-        retried = partial(retrying, name=self.url, retry=stream.retry, error=ShardReadError)  # like shard reads
-        self.manifest: Manifest = retried(lambda: load_manifest(self.url, storage_options=opts))
+        self.manifest: Manifest = self._open(stream)
         m = self.manifest
-        if isinstance(m.index, FileIndex):  # index reads retry transient faults like shard reads
-            m.index.retry = retried
-        retried(lambda: m.index.shards)  # the shard table
         self.fps = m.fps
-        clipped = set(m.camera_keys)  # features stored as clips: video ones, and images compiled as clips
-        self.camera_keys = [k for k in m.features if k in clipped]
-        self.tabular_keys = [k for k in m.features if k not in clipped]
-        self.image_clips = ImageClips.of(m.features, self.camera_keys)  # images compiled as clips (decode/images.py)
-        self.depth = depth_cameras(m)  # camera -> quantiser: decoded to LeRobot's depth values (decode/depth.py)
-        # image features kept encoded: decoded per sample from the record rows (depth in metres -> mm, untransformed)
-        self.image_keys = {k: is_depth(f) and (f.get("info") or {}).get("depth_unit") == "m"
-                           for k, f in m.features.items() if f.get("dtype") == "image" and k not in clipped}
-        self.transformed_images = [k for k in self.image_keys if not is_depth(m.features[k])]
-        if episodes is not None:
-            episodes = sorted({int(e) for e in episodes})
-            known = m.lengths  # the episode ids (loaded only when a selection asks for them)
-            unknown = [e for e in episodes if e not in known]
-            if unknown:
-                ids = known.ids
-                raise ValueError(f"episodes {unknown[:10]} are not in {self.url} (it has {len(ids)} episodes"
-                                 + (f", {ids[0]}..{ids[-1]})" if len(ids) else ")"))
-        self.episodes: list[int] | None = episodes
+        self._set_features(m)
+        self.episodes: list[int] | None = self._known_episodes(episodes)
         self.episode_pool_size, self.seed, self.shuffle = episode_pool_size, int(seed), bool(shuffle)
         # where frames decode: DecodeOptions.device resolved ("cuda" -> "cuda:0", or "cpu" by its fallback)
         self.decode_device, self.image_transforms, self.return_uint8 = decode_device, image_transforms, return_uint8
@@ -189,15 +181,48 @@ class CompiledDataset(StreamCore):
         keep = stream.keep_episodes_mb
         self.episode_cache = EpisodeCache(auto_budget(self._selected_shard_bytes()) if keep is None
                                           else int(keep * 2**20))  # episodes kept across epochs, per process
-        if delta_indices is not None and delta_timestamps is not None:
-            raise ValueError("give delta_timestamps (seconds) or delta_indices (frames), not both")
-        self._set_windows(frame_offsets(delta_indices, keys=list(m.features)) if delta_indices is not None else
-                          delta_offsets(delta_timestamps, fps=m.fps, tolerance_s=decode.tolerance_s,
-                                        keys=list(m.features)), delta_timestamps)
+        self._set_windows(_offsets(m, delta_timestamps, delta_indices, tolerance_s=decode.tolerance_s),
+                          delta_timestamps)
         self._stream_id = self._stream_fingerprint()
         self._counters = SharedCounters()
         self._access: RandomAccess | None = None  # ``ds[i]``'s kept episodes and decoders, made on first use
         self._init_epochs()  # epoch, resume point, the board persistent workers read (epochs.py)
+
+    def _open(self, stream: StreamOptions) -> Manifest:
+        """The manifest and shard table of ``self.url`` (``self.store``), read with ``stream``'s retries."""
+        self.store = Store(self.url, dict(stream.storage_options) if stream.storage_options is not None else None)
+        opts = self.store.storage_options
+        retried = partial(retrying, name=self.url, retry=stream.retry, error=ShardReadError)  # like shard reads
+        m = retried(lambda: load_manifest(self.url, storage_options=opts))
+        if isinstance(m.index, FileIndex):  # index reads retry transient faults like shard reads
+            m.index.retry = retried
+        retried(lambda: m.index.shards)  # the shard table
+        return m
+
+    def _set_features(self, m: Manifest) -> None:
+        """Which features are clips (cameras), table columns, encoded images, depth."""
+        clipped = set(m.camera_keys)  # features stored as clips: video ones, and images compiled as clips
+        self.camera_keys = [k for k in m.features if k in clipped]
+        self.tabular_keys = [k for k in m.features if k not in clipped]
+        self.image_clips = ImageClips.of(m.features, self.camera_keys)  # images compiled as clips (decode/images.py)
+        self.depth = depth_cameras(m)  # camera -> quantiser: decoded to LeRobot's depth values (decode/depth.py)
+        # image features kept encoded: decoded per sample from the record rows (depth in metres -> mm, untransformed)
+        self.image_keys = {k: is_depth(f) and (f.get("info") or {}).get("depth_unit") == "m"
+                           for k, f in m.features.items() if f.get("dtype") == "image" and k not in clipped}
+        self.transformed_images = [k for k in self.image_keys if not is_depth(m.features[k])]
+
+    def _known_episodes(self, episodes: Iterable[int] | None) -> list[int] | None:
+        """``episodes`` sorted, once each; a ValueError naming those the dataset does not have."""
+        if episodes is None:
+            return None
+        episodes = sorted({int(e) for e in episodes})
+        known = self.manifest.lengths  # the episode ids (loaded only when a selection asks for them)
+        unknown = [e for e in episodes if e not in known]
+        if unknown:
+            ids = known.ids
+            raise ValueError(f"episodes {unknown[:10]} are not in {self.url} (it has {len(ids)} episodes"
+                             + (f", {ids[0]}..{ids[-1]})" if len(ids) else ")"))
+        return episodes
 
     def _set_windows(self, windows: dict[str, np.ndarray],
                      delta_timestamps: Mapping[str, Sequence[float]] | None = None) -> None:
@@ -302,8 +327,8 @@ class CompiledDataset(StreamCore):
         order, sizes, starts, stops = stream_arrays(slices, self.manifest.lengths)
         schedule = make_schedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
                                  pool_size=self.episode_pool_size,
-                                 shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=world.rank,
-                                 worker=world.worker, frame_order=self.decode_options.frame_order,
+                                 shuffle=self.shuffle, key=ScheduleKey(self.seed, epoch, world.rank, world.worker),
+                                 frame_order=self.decode_options.frame_order,
                                  segment=self.segment, spread=self.spread, near=near_offsets(self.fps))
         position = self._start(epoch, world, skip, schedule.total)
         schedule.skip(skip)

@@ -55,8 +55,12 @@ class StreamOptions:
 
     def __post_init__(self) -> None:
         _int_at_least("StreamOptions.readahead", self.readahead, 1)
-        _int_at_least("StreamOptions.retries", self.retries, 0)
-        _number_at_least("StreamOptions.backoff_s", self.backoff_s, 0)
+        try:  # Retry checks its two numbers (formats/transient.py); its messages name them as this class's
+            retry = Retry(self.retries, self.backoff_s)
+        except ValueError as e:
+            raise ValueError(f"StreamOptions.{e}") from e
+        # not a field: equality, hash and repr are the fields' alone; pickling keeps it, ``replace`` makes it anew
+        object.__setattr__(self, "_retry", retry)
         if not isinstance(self.verify_checksums, bool):
             raise ValueError(f"StreamOptions.verify_checksums must be a bool, got {self.verify_checksums!r}")
         if self.keep_episodes_mb is not None:
@@ -68,7 +72,7 @@ class StreamOptions:
     @property
     def retry(self) -> Retry:
         """``retries`` and ``backoff_s`` as the one ``Retry`` value every read under the reader spends."""
-        return Retry(self.retries, self.backoff_s)
+        return self._retry
 
 
 @dataclass(frozen=True)

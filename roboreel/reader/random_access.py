@@ -26,7 +26,7 @@ from roboreel.reader.consumer import check_record
 from roboreel.reader.decode.clips import ClipDecoders, materialize
 from roboreel.reader.fetch.source import SliceReader
 from roboreel.reader.plan.epoch import Slice
-from roboreel.reader.plan.pool import LoadedEpisode
+from roboreel.reader.plan.pool import EpisodeSpec, LoadedEpisode
 
 KEEP_EPISODES = 8  # episodes (records and open decoders) kept between calls
 
@@ -87,9 +87,9 @@ class RandomAccess:
         name = ix.shards["path"][shard]
         ((_, rec),) = self.reader.records([Slice(shard, (episode,))])
         check_record(rec, length, ds.manifest.fps, name)
-        ep = LoadedEpisode(rec, shard=name, tabular_keys=ds.tabular_keys, camera_keys=ds.camera_keys,
-                           windows=ds.windows, tasks=ds.manifest.tasks, images=ds.image_keys,
-                           transformed=ds.transformed_images)
+        spec = EpisodeSpec(ds.tabular_keys, ds.camera_keys, ds.windows, ds.manifest.tasks, ds.image_keys,
+                           ds.transformed_images)
+        ep = LoadedEpisode(rec, shard=name, spec=spec)
         self.live[k] = ep
         while len(self.live) > self.keep:
             _, gone = self.live.popitem(last=False)

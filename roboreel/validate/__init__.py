@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from roboreel.formats.lerobot_v3_layout import INFO_PATH
-from roboreel.formats.manifest import COMPILE_LOCK_NAME, MANIFEST_NAME
+from roboreel.formats.manifest import COMPILE_RECORD_NAME, MANIFEST_NAME
 from roboreel.formats.shard import SHARD_DIR
 from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, Retry
 from roboreel.validate._io import ReadFailed, Root
@@ -38,11 +38,11 @@ def detect_kind(root: Root, report: Report) -> str | None:
 
     The files are looked for first, the root after: a plain HTTP server (no directory listings) has no root
     directory to find, yet serves a dataset that compile and the reader read, and an unfinished compile there
-    is known by its compile lock, not by its shards/ directory."""
+    is known by its compile record, not by its shards/ directory."""
     if root.exists(MANIFEST_NAME):
         return "compiled"
-    if root.exists(COMPILE_LOCK_NAME):  # before meta/info.json: finalize writes meta/ before roboreel.json
-        report.fatal("manifest-missing", "compile lock but no roboreel.json: compile has not finished",
+    if root.exists(COMPILE_RECORD_NAME):  # before meta/info.json: finalize writes meta/ before roboreel.json
+        report.fatal("manifest-missing", "compile record but no roboreel.json: compile has not finished",
                      file=MANIFEST_NAME)
         return None
     if root.exists(INFO_PATH):

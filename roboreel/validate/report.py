@@ -29,7 +29,7 @@ CODES: dict[str, str] = {
     "not-a-dataset": "neither meta/info.json (LeRobot v3) nor roboreel.json (compiled) is there",
     "info-unreadable": "meta/info.json is not JSON, not an object, or lacks fps/features",
     "version-unsupported": "meta/info.json codebase_version is not v3.0",
-    "manifest-missing": "shards/ or the compile lock exists but roboreel.json does not: compile did not finish",
+    "manifest-missing": "shards/ or the compile record exists but roboreel.json does not: compile did not finish",
     "manifest-unreadable": "roboreel.json is not JSON or not a well-formed manifest",
     "manifest-version": "roboreel.json was written by a newer (or unknown) roboreel format version",
     "index-missing": "an index file roboreel.json names (index/...) does not exist",

@@ -2,13 +2,13 @@
 final OUT is byte-identical to an uninterrupted compile and validates clean.
 
 Kill moments are drawn (seeded) two ways so they cover the process pool's whole lifetime: at a random time
-after start (start-up, source checks, lock and snapshot writing, pool spawn), or once a random number of shards
+after start (start-up, source checks, record and snapshot writing, pool spawn), or once a random number of shards
 has finished plus a random delay (mid-shard in either worker, between shards, during finalize). After every kill,
 everything a later step would trust (sidecars, roboreel.json) must point at whole files.
 
 The default run does a CI-sized sweep; ``ROBOREEL_SLOW=1`` (or ``-m slow``) runs the full one, with
 ``ROBOREEL_KILLS`` kills (default 24, in FULL_PARTS parts) and ``ROBOREEL_KILL_SEED`` (default 6). Every compile
-uses the fastest x265 preset: what a kill can break (sidecars, lock, manifest, renames) does not depend on it, and
+uses the fastest x265 preset: what a kill can break (sidecars, record, manifest, renames) does not depend on it, and
 each kill then costs a fraction of the CPU. See docs/reliability.md.
 """
 

@@ -4,7 +4,7 @@ A clip is written under ``OUT/.roboreel-parts/clips/shard-<S>/`` as ``<episode>.
 ``<episode>.<camera>.json`` naming its size, sha256, what the episode record and sidecar say about it, and the
 source video file it was made from (size and content hash from the compile record). The json is the commit mark: a clip
 is reused by a rerun only when its json exists, the mp4 matches it, and the source file is still the one the
-lock records. Clips of a shard are deleted once the shard's tar is packed (_shardjob.py), so a finished compile
+record names. Clips of a shard are deleted once the shard's tar is packed (_shardjob.py), so a finished compile
 holds no copies.
 
 Clip bytes do not depend on which process encodes them or in which order (single-threaded x265, frame-exact

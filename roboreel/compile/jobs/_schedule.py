@@ -88,6 +88,9 @@ def run_pool(shards: list[ShardJob], clips: dict[int, list[ClipJob]], workers: i
     The thread starts encoding at once, while the processes are still importing (about a second each on a busy
     2-core machine): on a compile of a few dozen seconds that start-up is what separates the 2-worker time from
     half the 1-worker time. Codec calls release the GIL, so the thread encodes as fast as a process would.
+
+    It stays one function: the queues, the running tasks and the first error are one state that ``submit``, the
+    wait loop and the interrupt all change, and split up they would be a class's attributes changed from afar.
     """
     order = {job.shard: i for i, job in enumerate(shards)}
     by_shard = {job.shard: job for job in shards}

@@ -65,7 +65,7 @@ def entry_from_dict(d: dict[str, Any]) -> EpisodeEntry:
 
 def clip_done(out: str, shard: int, episode: int, camera: str, source_file: dict[str, Any]) -> dict[str, Any] | None:
     """The clip's json if a finished clip of this episode and camera exists and was made from the source file
-    the lock records now (same size and hash), else None."""
+    the record names now (same size and hash), else None."""
     mp4, meta = clip_paths(shard, episode, camera)
     try:
         with open(os.path.join(out, meta), "rb") as f:

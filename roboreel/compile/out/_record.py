@@ -48,9 +48,9 @@ def read_record(out: str) -> dict[str, Any] | None:
     except (FileNotFoundError, NotADirectoryError):  # NotADirectoryError: OUT is a file
         return None
     except ValueError as e:
-        raise CompiledFormatError(f"compile lock is not valid JSON: {e}", file=os.path.join(out, RECORD)) from e
+        raise CompiledFormatError(f"compile record is not valid JSON: {e}", file=os.path.join(out, RECORD)) from e
     if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT or record.get("version") != RECORD_VERSION:
-        raise CompiledFormatError("not a roboreel compile lock (or written by another version)",
+        raise CompiledFormatError("not a roboreel compile record (or written by another version)",
                                   file=os.path.join(out, RECORD))
     return record
 

@@ -2,14 +2,14 @@
 
 The protocol (docs/incremental.md), each step crash-safe, every decision a pure function of OUT and the source:
 
-1. ``plan_update``: the old lock and this run's lock differ only in the source (fingerprint, files) and the shard
+1. ``plan_update``: the old record and this run's record differ only in the source (fingerprint, files) and the shard
    plan, and the two share the source URL or at least one episode fingerprint (source/_fingerprint.py); otherwise the run
    stops with the old "different source or settings" message.
 2. ``begin_update``: the clips of the previous generation's sidecars are listed with their fingerprints and byte
    spans in the old shard tars (``update.json``, written atomically first: a kill after it and a rerun reads it
    back instead of the sidecars it has started to change). A new shard whose episodes and episode fingerprints
    equal the old shard of the same number is *kept*: its sidecar moves to the new generation and names the old
-   tar, byte for byte. Every other old sidecar is removed, unfinished clips too, and the new lock (generation + 1)
+   tar, byte for byte. Every other old sidecar is removed, unfinished clips too, and the new record (generation + 1)
    replaces the old one: from here the run is an ordinary resume.
 3. Shard jobs copy a clip whose fingerprint is in ``update.json`` out of the old tar (sha256 checked) instead of
    encoding it; new shards get generation-tagged names, so no file the published manifest names is overwritten.
@@ -51,9 +51,9 @@ log = logging.getLogger(__name__)
 BLOCK = 512  # USTAR: a member is a 512-byte header, then its data padded to 512
 
 
-def generation(lock: dict[str, Any] | None) -> int:
-    """A lock's compile generation (1 for a first compile and for locks written before generations existed)."""
-    return int((lock or {}).get("generation", 1))
+def generation(record: dict[str, Any] | None) -> int:
+    """A record's compile generation (1 for a first compile and for records written before generations existed)."""
+    return int((record or {}).get("generation", 1))
 
 
 def _old_sidecars(out: str, old: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -63,19 +63,19 @@ def _old_sidecars(out: str, old: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {i: side for i, side in sides.items() if side is not None}
 
 
-def plan_update(out: str, old: dict[str, Any], lock: dict[str, Any],
+def plan_update(out: str, old: dict[str, Any], record: dict[str, Any],
                 fps: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
-    """The reuse state of an update of ``out`` from ``old`` to ``lock``, or None when the two are not two states
+    """The reuse state of an update of ``out`` from ``old`` to ``record``, or None when the two are not two states
     of one source compiled with the same settings (then the caller refuses as before)."""
-    diffs = record_mismatch(old, lock)
-    if any(d.startswith("setting ") for d in diffs) or old.get("chunks_size") != lock.get("chunks_size"):
+    diffs = record_mismatch(old, record)
+    if any(d.startswith("setting ") for d in diffs) or old.get("chunks_size") != record.get("chunks_size"):
         return None
     state = _read_state(out, generation(old))
     if state is None:
         state = _harvest(out, old)
     new_fps = {f["episode"] for f in fps.values() if f["episode"]} | {
         c for f in fps.values() for c in f["clips"].values() if c}
-    same_url = old["source"].get("url") == lock["source"].get("url")
+    same_url = old["source"].get("url") == record["source"].get("url")
     if not same_url and not (new_fps & (set(state["clips"]) | set(state["episodes"]))):
         return None
     return state
@@ -128,13 +128,13 @@ def read_state(out: str, gen: int) -> dict[str, Any] | None:
 def transition_lock(out: str) -> Iterator[None]:
     """Held while a run decides on and makes an update's transition (steps 1-2): the ``--part`` jobs of one update
     (a SLURM array) start together, and a second job making the transition again would remove the clips the
-    first has started (``remove_clips_dir``). Whoever waits reads OUT's lock again inside, finds the new
+    first has started (``remove_clips_dir``). Whoever waits reads OUT's record again inside, finds the new
     generation, and resumes (_locks.py)."""
     with out_lock(out, TRANSITION_LOCK, "update transitions"):
         yield
 
 
-def begin_update(out: str, old: dict[str, Any], lock: dict[str, Any], state: dict[str, Any],
+def begin_update(out: str, old: dict[str, Any], record: dict[str, Any], state: dict[str, Any],
                  fps: dict[int, dict[str, Any]]) -> int:
     """Steps 2 of the module doc; returns how many shards were kept byte for byte."""
     gen = state["to"]
@@ -143,7 +143,7 @@ def begin_update(out: str, old: dict[str, Any], lock: dict[str, Any], state: dic
     atomic_write(os.path.join(out, UPDATE_STATE), (json.dumps(state) + "\n").encode())
     old_sides = _old_sidecars(out, old)
     kept = 0
-    for i, plan in enumerate(lock["shards"]):
+    for i, plan in enumerate(record["shards"]):
         side = old_sides.pop(i, None)
         if side is None:
             continue
@@ -159,9 +159,9 @@ def begin_update(out: str, old: dict[str, Any], lock: dict[str, Any], state: dic
     for i in old_sides:  # old shards past the new plan's end
         _drop_old(out, i, generation(old))
     remove_clips_dir(out)  # unfinished clips of the old plan: their shard numbers mean other episodes now
-    atomic_write(os.path.join(out, RECORD), (json.dumps({**lock, "generation": gen}, indent=1) + "\n").encode())
+    atomic_write(os.path.join(out, RECORD), (json.dumps({**record, "generation": gen}, indent=1) + "\n").encode())
     log.info("updating %s to generation %d: %d of %d shards kept, %d clips reusable", out, gen, kept,
-             len(lock["shards"]), len(state["clips"]))
+             len(record["shards"]), len(state["clips"]))
     return kept
 
 

@@ -23,11 +23,11 @@ import re
 
 from roboreel.formats import lerobot_v3 as v3
 from roboreel.formats.index import INDEX_DIR
-from roboreel.formats.manifest import COMPILE_LOCK_NAME, MANIFEST_NAME
+from roboreel.formats.manifest import COMPILE_RECORD_NAME, MANIFEST_NAME
 from roboreel.formats.shard import SHARD_DIR, shard_path
 
 MANIFEST = MANIFEST_NAME
-RECORD = COMPILE_LOCK_NAME
+RECORD = COMPILE_RECORD_NAME
 META_INFO, META_TASKS, META_STATS = v3.INFO_PATH, v3.TASKS_PATH, v3.STATS_PATH
 META_EPISODES = v3.EPISODES_PATH.format(chunk_index=0, file_index=0)  # one file: the compiled episodes
 DATA_DIR = "data"

@@ -6,7 +6,7 @@ size; a compile resumed against it would pack old and new bytes into one OUT. Lo
 own content hash is used when it has one (the Hugging Face Hub's LFS sha256, an S3 ETag), so a remote compile
 does not read the dataset twice; else its modification time (HTTP ``Last-Modified``, what a plain static server
 such as ``python -m http.server`` sends: size and time, as make and rsync compare files). A file with none of
-these is compared by size only, which the lock records, and compile says so once.
+these is compared by size only, which the record keeps, and compile says so once.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from typing import Literal
 import av
 import numpy as np
 
+from roboreel.compile.settings import CompileSettings
 from roboreel.compile.source import SourceVideo, SpanPackets, kept_length, read_ahead
 from roboreel.compile.tables import downsample
 from roboreel.compile.video._clipproof import check_clip_timing, decode_clip, frame_digest
@@ -236,7 +237,7 @@ def encode_with_floor(
     With the floor on, the clip is first encoded GOP by GOP (_segments.py): a frame under the floor re-encodes
     from its GOP on, at a lower CRF. Only where that cannot be done (B-frames, x265 writing other parameter sets,
     no CRF left) is the whole clip re-encoded, from the CRF the GOP-by-GOP encode reached."""
-    settings, episode, where, size, step = target.settings, target.episode, target.where, target.size, target.step
+    settings, episode, size, step = target.settings, target.episode, target.size, target.step
     kept = kept_length(length, step)
     h, w = size or (video.stream.height, video.stream.width)
     if h % 2 or w % 2:  # compile's up-front check (plan.py) trusts info.json's codec: a copy fell back to this
@@ -277,23 +278,32 @@ def encode_with_floor(
         finally:
             frames.close()  # joins the decode thread before anyone touches `video` again
         if clip.psnr_min >= settings.min_psnr:
-            if crf is None:
-                clip.why = f"{why}; x265 lossless: no CRF kept every checked frame >= {settings.min_psnr:g} dB"
-            elif crf != settings.crf:
-                clip.why = f"{why}; CRF {crf} (not {settings.crf}) to keep every checked frame >= " \
-                    f"{settings.min_psnr:g} dB"
-            else:
-                clip.why = why
+            clip.why = _why_kept(why, crf, settings)
             return clip
         if crf is None:
             break
         crf = next_crf(settings, crf, clip.psnr_min)
+    raise _floor_failed(video, target, clip)
+
+
+def _why_kept(why: str, crf: int | None, settings: CompileSettings) -> str:
+    """``why`` the span was encoded, and the CRF (or lossless encode) the floor took, where not the setting's."""
+    if crf is None:
+        return f"{why}; x265 lossless: no CRF kept every checked frame >= {settings.min_psnr:g} dB"
+    if crf != settings.crf:
+        return f"{why}; CRF {crf} (not {settings.crf}) to keep every checked frame >= {settings.min_psnr:g} dB"
+    return why
+
+
+def _floor_failed(video: SourceVideo, target: EncodeTarget, clip: Clip | None) -> RoboreelError:
+    """Why even the lossless encode (``clip``, the last try) did not hold the floor."""
+    where, episode, min_psnr = target.where, target.episode, target.settings.min_psnr
     if clip is None:  # cannot happen: the last try is lossless, never given up
-        raise RoboreelError(f"no encode of the span finished ({where}, episode {episode})")
-    if size is None and (unheld := unheld_colour(video.ctx.format, clip.psnr_min, settings.min_psnr)):
-        raise RoboreelError(f"{unheld} ({where}, episode {episode}); --min-psnr {math.floor(clip.psnr_min)} "
-                            "accepts that loss")
-    raise RoboreelError(
+        return RoboreelError(f"no encode of the span finished ({where}, episode {episode})")
+    if target.size is None and (unheld := unheld_colour(video.ctx.format, clip.psnr_min, min_psnr)):
+        return RoboreelError(f"{unheld} ({where}, episode {episode}); --min-psnr {math.floor(clip.psnr_min)} "
+                             "accepts that loss")
+    return RoboreelError(
         f"the x265 lossless encode reads back at {clip.psnr_min:.2f} dB PSNR, not equal to its input ({where}, "
         f"episode {episode})"
     )

@@ -24,7 +24,7 @@ import torch
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader.decode.clips import ClipDecoders
-from roboreel.reader.decode.counters import DecodeStats, SeekMode
+from roboreel.reader.decode.counters import DecodeStats
 from roboreel.reader.decode.decoder_cache import IdleDecoders
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
@@ -55,7 +55,6 @@ class DeviceDecoders:
         router: Router,
         *,
         keep: Mapping[str, int] | None = None,
-        seek_mode: SeekMode = "approximate",
         max_gpu_decoders: int = DEFAULT_MAX_GPU_DECODERS,
         max_call_bytes: int = 0,
         run_budget: RunBudget | None = None,
@@ -73,11 +72,11 @@ class DeviceDecoders:
         # ``idle``: the CPU decoders of a released clip are parked there for a later epoch (decoder_cache.py);
         # GPU decoders are not (NVDEC sessions are few, and torchcodec caches those itself)
         self.depth = dict(depth or {})  # depth cameras decode on the CPU, always (depth.py)
-        self.cpu = ClipDecoders(device="cpu", seek_mode=seek_mode, keep=dict(keep or {}), max_call_bytes=max_call_bytes,
+        self.cpu = ClipDecoders(device="cpu", keep=dict(keep or {}), max_call_bytes=max_call_bytes,
                                 idle=idle, budget=budget, depth=self.depth)
         self.gpu: _ObservedDecoders | None = None
         if self.device != "cpu":
-            self.gpu = _ObservedDecoders(device=self.device, seek_mode=seek_mode, keep=dict(keep or {}),
+            self.gpu = _ObservedDecoders(device=self.device, keep=dict(keep or {}),
                                          max_open=max_gpu_decoders, on_open=self._opened, budget=gpu_budget)
 
     def frames(self, clip: EpisodeClip, wanted: dict[int, int],

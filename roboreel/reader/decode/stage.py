@@ -100,6 +100,49 @@ class BatchJob:
             raise self.error
 
 
+@dataclass(frozen=True)
+class BatchLayout:
+    """The batch tensors a ``DecodePool`` writes frames into: where each camera's lives, its memory order, dtype.
+
+    Args:
+        cameras: the manifest's cameras (frame size of each camera's batch tensor).
+        staging: camera -> device its batch tensor lives on while decoding ("cpu", or "cuda:N" for NVDEC).
+        pin: allocate CPU batch tensors in pinned memory (the batch goes to CUDA).
+        channels_last: stage frames as [B * T, H, W, C] (``DecodePool``'s "Layout"); ``finish_batch`` makes them
+            [.., C, H, W].
+        dtype: ``torch.float32`` when the batch stays on the CPU and is wanted in float32: each thread writes
+            ``frame / 255`` (numpy, float32: the same correctly rounded division as torch's ``x / 255.0``)
+            into the float32 batch (pixels.unit_frame), with no intra-op OpenMP team competing for the cores.
+        depth: depth cameras: float32 [.., 1, H, W] batches, decoded on the CPU (depth.py).
+    """
+
+    cameras: dict[str, CameraSpec]
+    staging: dict[str, torch.device]
+    pin: bool = False
+    channels_last: bool = False
+    dtype: torch.dtype = torch.uint8
+    depth: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.dtype not in (torch.uint8, torch.float32) or (self.dtype == torch.float32 and self.pin):
+            raise ValueError(f"dtype {self.dtype} with pin={self.pin}: float32 batches are made by the threads only "
+                             "when the batch stays on the CPU")
+        object.__setattr__(self, "depth", frozenset(self.depth))
+
+    def allocate(self, camera: str, n: int, buffers: BufferPool) -> torch.Tensor:
+        """A batch tensor for ``n`` frames of ``camera``: from ``buffers`` when on the CPU and not pinned."""
+        spec = self.cameras[camera]
+        depth = camera in self.depth
+        device = torch.device("cpu") if depth else self.staging.get(camera, torch.device("cpu"))
+        pin = self.pin and device.type == "cpu"
+        c = 1 if depth else 3
+        dtype = torch.float32 if depth else self.dtype
+        shape = (n, spec.height, spec.width, c) if self.channels_last else (n, c, spec.height, spec.width)
+        if device.type == "cpu" and not pin:  # reused once the loop let go (buffers.py: page faults, ~13% of CPU)
+            return buffers.take(shape, dtype)
+        return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)  # pinned: torch caches those
+
+
 class DecodePool:
     """Decode threads shared by every batch of one iteration (see the module doc).
 
@@ -107,16 +150,10 @@ class DecodePool:
         threads: decode threads (``default_decode_threads()``: the available cores).
         make_decoders: a clip's decoders (``ClipDecoders`` or ``DeviceDecoders``); one per live clip, so no two
             threads ever share a decoder or its bookkeeping.
-        cameras: the manifest's cameras (frame size of each camera's batch tensor).
-        staging: camera -> device its batch tensor lives on while decoding ("cpu", or "cuda:N" for NVDEC).
-        pin: allocate CPU batch tensors in pinned memory (the batch goes to CUDA).
+        layout: the batch tensors frames are written into (``BatchLayout``).
         tolerance_s: max distance between a frame's pts and the timestamp it must show.
         max_open_clips: live clips with open decoders at most; the least recently used idle one is closed beyond
             (its decoder reopens on next use, at the cost of a seek).
-        channels_last: stage frames as [B * T, H, W, C] (see below); ``finish_batch`` makes them [.., C, H, W].
-        dtype: ``torch.float32`` when the batch stays on the CPU and is wanted in float32: each thread writes
-            ``frame / 255`` (numpy, float32: the same correctly rounded division as torch's ``x / 255.0``)
-            into the float32 batch (pixels.unit_frame), with no intra-op OpenMP team competing for the cores.
         buffers: where CPU batch tensors come from (buffers.py); a loader passes its own, kept across iterations.
 
     Layout: torchcodec returns frames as channels-last memory seen through a [C, H, W] view. Copying one into a
@@ -127,20 +164,12 @@ class DecodePool:
     [.., C, H, W] like ``DataLoader(CompiledDataset)``'s, unless the loader was asked for ``channels_last``.
     """
 
-    def __init__(self, *, threads: int, make_decoders: Callable[[], Any], cameras: dict[str, CameraSpec],
-                 staging: dict[str, torch.device], pin: bool, tolerance_s: float, max_open_clips: int = 4096,
-                 stream: Any = None, channels_last: bool = False, dtype: torch.dtype = torch.uint8,
-                 buffers: BufferPool | None = None, depth: frozenset[str] = frozenset()) -> None:
+    def __init__(self, *, threads: int, make_decoders: Callable[[], Any], layout: BatchLayout, tolerance_s: float,
+                 max_open_clips: int = 4096, stream: Any = None, buffers: BufferPool | None = None) -> None:
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
             raise ValueError(f"decode_threads must be an integer >= 1, got {threads!r}")
-        self.threads, self.make_decoders, self.cameras = threads, make_decoders, cameras
-        self.staging, self.pin, self.tolerance_s = staging, pin, tolerance_s
-        self.max_open_clips, self.stream, self.channels_last = max_open_clips, stream, channels_last
-        if dtype not in (torch.uint8, torch.float32) or (dtype == torch.float32 and pin):
-            raise ValueError(f"dtype {dtype} with pin={pin}: float32 batches are made by the threads only when the "
-                             "batch stays on the CPU")
-        self.dtype = dtype
-        self.depth = frozenset(depth)  # depth cameras: float32 [.., 1, H, W] batches, decoded on the CPU (depth.py)
+        self.threads, self.make_decoders, self.layout = threads, make_decoders, layout
+        self.tolerance_s, self.max_open_clips, self.stream = tolerance_s, max_open_clips, stream
         self.store = ClipStore()
         self.buffers = BufferPool() if buffers is None else buffers  # the loader's: kept across epochs
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="roboreel-decode-pool")
@@ -160,7 +189,8 @@ class DecodePool:
     def submit(self, pending: PendingBatch) -> BatchJob:
         """Start decoding ``pending``; the job's tensors are complete once ``job.wait()`` returns."""
         self.store.admit(pending.clips)
-        frames = {cam: self._alloc(cam, pending.size * plan.window) for cam, plan in pending.cameras.items()}
+        frames = {cam: self.layout.allocate(cam, pending.size * plan.window, self.buffers)
+                  for cam, plan in pending.cameras.items()}
         targets: dict[ClipKey, _Targets] = {}
         for cam, plan in pending.cameras.items():
             out = frames[cam]
@@ -171,7 +201,7 @@ class DecodePool:
                     t = targets[key] = _Targets(out, array)
                 t.slots.append(slot)
                 t.frames.append(f)
-        job = BatchJob(pending, frames, channels_last=self.channels_last, left=len(pending.wanted))
+        job = BatchJob(pending, frames, channels_last=self.layout.channels_last, left=len(pending.wanted))
         for key, (queried, lanes) in pending.wanted.items():
             clip = self.store.get(key)
             decoders = self._slot(key)
@@ -186,18 +216,6 @@ class DecodePool:
         with self._lock:
             self.parallelism.add(len(pending.wanted), len(self._queues))
         return job
-
-    def _alloc(self, camera: str, n: int) -> torch.Tensor:
-        spec = self.cameras[camera]
-        depth = camera in self.depth
-        device = torch.device("cpu") if depth else self.staging.get(camera, torch.device("cpu"))
-        pin = self.pin and device.type == "cpu"
-        c = 1 if depth else 3
-        dtype = torch.float32 if depth else self.dtype
-        shape = (n, spec.height, spec.width, c) if self.channels_last else (n, c, spec.height, spec.width)
-        if device.type == "cpu" and not pin:  # reused once the loop let go (buffers.py: page faults, ~13% of CPU)
-            return self.buffers.take(shape, dtype)
-        return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)  # pinned: torch caches those
 
     def _slot(self, key: ClipKey) -> Any:
         decoders = self._slots.get(key)
@@ -279,7 +297,7 @@ class DecodePool:
             if not abs(pts - queried[f]) < self.tolerance_s:
                 raise FrameTimestampError(video=clip.name, episode=clip.episode, queried_s=queried[f], loaded_s=pts,
                                           tolerance_s=self.tolerance_s)
-            if self.channels_last:
+            if self.layout.channels_last:
                 frame = frame.permute(1, 2, 0)  # [H, W, C]: the decoder's own memory order (see the class doc)
             if frame.shape != shape:
                 raise CompiledFormatError(f"{clip.name}: decoded frames are {tuple(frame.shape)}, the manifest says "

@@ -26,7 +26,7 @@ from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_ima
 from roboreel.reader.decode.mixing import grouped
 from roboreel.reader.decode.routing import Router
 from roboreel.reader.decode.runs import RunBudget
-from roboreel.reader.decode.stage import BatchJob, DecodePool
+from roboreel.reader.decode.stage import BatchJob, BatchLayout, DecodePool
 from roboreel.reader.decode.unit import unit_float
 from roboreel.reader.order import OrderMeter, order_keys
 from roboreel.reader.stats import Flusher
@@ -89,13 +89,15 @@ class DecodeStage:
             return DeviceDecoders(router, keep=dict(dec.keep_frames), max_gpu_decoders=owner.max_gpu_decoders,
                                   max_call_bytes=DECODE_CALL_BYTES, run_budget=budget, gpu_run_budget=gpu_budget,
                                   idle=idle, depth=depth)
-        pool = DecodePool(threads=owner.decode_threads, make_decoders=make, cameras=cameras, staging=staging,
-                          pin=stream is not None, tolerance_s=opts.tolerance_s, stream=stream,
+        layout = BatchLayout(cameras, staging, pin=stream is not None,
+                             # the decoder's own memory order: the GPU transposes (stage.py, "Layout"), or no one does
+                             channels_last=stream is not None or owner.channels_last,
+                             dtype=torch.float32 if stream is None and not dec.return_uint8 else torch.uint8,
+                             depth=frozenset(depth))
+        pool = DecodePool(threads=owner.decode_threads, make_decoders=make, layout=layout,
+                          tolerance_s=opts.tolerance_s, stream=stream,
                           max_open_clips=owner.max_gpu_decoders if self.decode.type == "cuda" else 4096,
-                          # the decoder's own memory order: the GPU transposes (stage.py, "Layout"), or no one does
-                          channels_last=stream is not None or owner.channels_last,
-                          dtype=torch.float32 if stream is None and not dec.return_uint8 else torch.uint8,
-                          buffers=owner._buffers, depth=frozenset(depth))
+                          buffers=owner._buffers)
         flusher = Flusher(ds._counters, 0)  # row 0: the main process (the dataset's shared counters)
 
         def flush() -> None:

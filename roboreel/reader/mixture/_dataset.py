@@ -48,6 +48,7 @@ from roboreel.reader.plan.epoch import (
     World,
     stream_arrays,
 )
+from roboreel.reader.plan.pool import ScheduleKey
 from roboreel.reader.plan.requests import PendingSample
 from roboreel.reader.plan.shuffled import make_schedule
 from roboreel.reader.stats import SharedCounters
@@ -302,8 +303,8 @@ class MixtureDataset(StreamCore):
             order, sizes, starts, stops = stream_arrays(slices, ds.manifest.lengths)
             schedule = make_schedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
                                      pool_size=int(self.pool_sizes[i]), shuffle=self.shuffle,
-                                     seed=self.plan.member_seed(i), epoch=epoch, rank=world.rank,
-                                     worker=world.worker, frame_order=self.decode_options.frame_order,
+                                     key=ScheduleKey(self.plan.member_seed(i), epoch, world.rank, world.worker),
+                                     frame_order=self.decode_options.frame_order,
                                      segment=ds.segment, spread=self.spread, near=near_offsets(ds.fps))
             schedule.skip(int(done[i]))
             cm = self.canon.members[i]

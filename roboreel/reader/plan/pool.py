@@ -20,6 +20,7 @@ and keep it until asked (decode.ClipDecoders, "run cache").
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -45,11 +46,11 @@ FRAME_ORDERS = ("shuffled", "segments", "random")  # "shuffled": plan/shuffled.p
 _DRAWS = 4096
 
 
-def episode_frame_order(length: int, *, episode: int, seed: int, epoch: int, order: FrameOrder, segment: int,
-                        shuffle: bool = True, start: int = 0, stop: int | None = None) -> list[int]:
-    """The order in which an episode's frames ``start..stop-1`` (default: all) leave the pool. Segments stay
+def episode_frame_order(frames: range, *, episode: int, seed: int, epoch: int, order: FrameOrder, segment: int,
+                        shuffle: bool = True) -> list[int]:
+    """The order in which an episode's ``frames`` (``range(length)``: all of them) leave the pool. Segments stay
     aligned to multiples of ``segment`` from frame 0 (the clips' GOPs) whatever the range."""
-    stop = length if stop is None else stop
+    start, stop = frames.start, frames.stop
     if not shuffle:
         return list(range(start, stop))
     rng = np.random.default_rng(np.random.SeedSequence([TAG_FRAMES, seed, epoch, episode]))
@@ -59,6 +60,17 @@ def episode_frame_order(length: int, *, episode: int, seed: int, epoch: int, ord
     starts = np.arange(first, stop, segment)
     starts = starts[rng.permutation(len(starts))]
     return [f for s in starts.tolist() for f in range(max(s, start), min(s + segment, stop))]
+
+
+@dataclass(frozen=True)
+class ScheduleKey:
+    """What a schedule's random order is a function of, besides the episode lengths: the dataset's ``seed`` and
+    ``epoch``, and the consumer (``rank``, ``worker``) whose pool draws it."""
+
+    seed: int
+    epoch: int
+    rank: int = 0
+    worker: int = 0
 
 
 class PoolSchedule:
@@ -75,10 +87,7 @@ class PoolSchedule:
         *,
         pool_size: int,
         shuffle: bool,
-        seed: int,
-        epoch: int,
-        rank: int,
-        worker: int,
+        key: ScheduleKey,
         frame_order: FrameOrder = "segments",
         segment: int = 10,
         ranges: Sequence[tuple[int, int]] | None = None,
@@ -98,8 +107,9 @@ class PoolSchedule:
             r = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
             self.starts, self.stops = r[:, 0], r[:, 1]
         self.pool_size, self.shuffle = pool_size, shuffle
-        self.seed, self.epoch, self.frame_order, self.segment = seed, epoch, frame_order, max(1, segment)
-        self._rng = np.random.default_rng(np.random.SeedSequence([TAG_POOL, seed, epoch, rank, worker]))
+        self.key, self.frame_order, self.segment = key, frame_order, max(1, segment)
+        self._rng = np.random.default_rng(
+            np.random.SeedSequence([TAG_POOL, key.seed, key.epoch, key.rank, key.worker]))
         self._draws: list[float] = []
         self._d = 0
         self._slots: list[list[Any]] = []  # [position, frames, cursor]
@@ -112,9 +122,9 @@ class PoolSchedule:
         while len(self._slots) < self.pool_size and self.next_admit < len(self.episodes):
             pos = self.next_admit
             a, b = int(self.starts[pos]), int(self.stops[pos])
-            frames = episode_frame_order(int(self.lengths[pos]), episode=int(self.episodes[pos]), seed=self.seed,
-                                         epoch=self.epoch, order=self.frame_order, segment=self.segment,
-                                         shuffle=self.shuffle, start=a, stop=b)
+            frames = episode_frame_order(range(a, b), episode=int(self.episodes[pos]), seed=self.key.seed,
+                                         epoch=self.key.epoch, order=self.frame_order, segment=self.segment,
+                                         shuffle=self.shuffle)
             self._slots.append([pos, frames, 0])
             self.next_admit += 1
 
@@ -182,32 +192,36 @@ class _Needed(Sequence[int]):
         return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
 
 
-class LoadedEpisode:
-    """A pooled episode: its rows as numpy columns and its compressed clips (no pixels).
+@dataclass(frozen=True, eq=False)
+class EpisodeSpec:
+    """What every pooled episode of one stream is made into, whatever its record: the feature columns it keeps
+    (``tabular_keys``), its cameras, the ``delta_timestamps`` windows (key -> frame offsets) and the task names.
 
-    Image features (``images``: key -> stored in metres, a depth image LeRobot scales to mm) stay encoded here,
-    one ``bytes`` per row; a sample's values name the ones it needs (``ImageRequest``), which decode/ decodes with
-    the sample's frames (in the process that makes the sample: a DataLoader worker), since a pool of decoded
-    episodes would hold every frame as pixels.
-    ``transformed``: the image keys ``image_transforms`` applies to (LeRobot skips depth maps).
+    Image features (``images``: key -> stored in metres, a depth image LeRobot scales to mm) stay encoded in the
+    pool, one ``bytes`` per row; ``transformed``: the image keys ``image_transforms`` applies to (LeRobot skips
+    depth maps)."""
+
+    tabular_keys: Sequence[str]
+    camera_keys: Sequence[str]
+    windows: Mapping[str, np.ndarray]
+    tasks: Mapping[int, str]
+    images: Mapping[str, bool] = field(default_factory=dict)
+    transformed: Sequence[str] = ()
+
+
+class LoadedEpisode:
+    """A pooled episode: its rows as numpy columns and its compressed clips (no pixels), as ``spec`` says.
+
+    Image features stay encoded here; a sample's values name the ones it needs (``ImageRequest``), which decode/
+    decodes with the sample's frames (in the process that makes the sample: a DataLoader worker), since a pool of
+    decoded episodes would hold every frame as pixels.
     """
 
-    def __init__(
-        self,
-        record: EpisodeRecord,
-        *,
-        shard: str,
-        tabular_keys: Sequence[str],
-        camera_keys: Sequence[str],
-        windows: Mapping[str, np.ndarray],
-        tasks: Mapping[int, str],
-        stream: int = 0,
-        images: Mapping[str, bool] | None = None,
-        transformed: Sequence[str] = (),
-    ) -> None:
+    def __init__(self, record: EpisodeRecord, *, shard: str, spec: EpisodeSpec, stream: int = 0) -> None:
         self.index, self.length, self.shard = record.index, record.length, shard
-        self.images = dict(images or {})
-        self.finish = {k: k in transformed for k in self.images}  # PendingSample.images: shared by every sample
+        tabular_keys, camera_keys, windows = spec.tabular_keys, spec.camera_keys, spec.windows
+        self.images = dict(spec.images)
+        self.finish = {k: k in spec.transformed for k in self.images}  # PendingSample.images: shared by every sample
         rows = record.rows
         if rows.num_rows != self.length:
             raise CompiledFormatError(f"record has {rows.num_rows} rows, its json says length {self.length}",
@@ -230,7 +244,7 @@ class LoadedEpisode:
         self.windows = windows
         self.lanes = {cam: window_lanes(len(windows[cam])) for cam in self.clips if cam in windows}
         task_index = self.columns.get("task_index")
-        self.tasks = tasks
+        self.tasks = spec.tasks
         self._task_index = task_index
         self.nbytes = sum(len(c.data) for c in self.clips.values()) + rows.nbytes
         # values gathered per batch (``gather``) unless a sample needs its own work: image features are requested

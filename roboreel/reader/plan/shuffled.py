@@ -67,7 +67,7 @@ class ShuffledSchedule(PoolSchedule):
         while len(self._slots) < self.pool_size and self.next_admit < len(self.episodes):
             pos = self.next_admit
             a, b = int(self.starts[pos]), int(self.stops[pos])
-            rng = np.random.default_rng(np.random.SeedSequence([_TAG_RUNS, self.seed, self.epoch,
+            rng = np.random.default_rng(np.random.SeedSequence([_TAG_RUNS, self.key.seed, self.key.epoch,
                                                                 int(self.episodes[pos])]))
             first = a // self.segment * self.segment
             starts = np.arange(first, b, self.segment)
