@@ -62,7 +62,7 @@ def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: in
     import numpy as np
     from torchcodec.decoders import VideoDecoder
 
-    from roboreel.reader.decode.pixels import copy_frame
+    from roboreel.reader.decode._pixels import copy_frame
 
     decoders = [VideoDecoder(c, seek_mode="approximate") for c in clips]
     layout = pattern.partition("+")[2]
@@ -104,7 +104,7 @@ def _buffered(decoders: list, plans: list[list[list[int]]], batch: Any, *, open_
               call_frames: int) -> int:
     """``buffered``: whole runs decoded as they open (calls of ``call_frames``), their frames drawn one at a time
     at random."""
-    from roboreel.reader.decode.pixels import copy_frame
+    from roboreel.reader.decode._pixels import copy_frame
 
     rng = random.Random(seed)
     todo = [(i, run) for i, p in enumerate(plans) for run in p]
@@ -160,7 +160,7 @@ def main() -> int:
 
     from roboreel.bench.ceiling import compiled_clips
     from roboreel.formats.manifest import load_manifest
-    from roboreel.reader.decode.heap import (
+    from roboreel.reader.decode._heap import (
         DECODE_CALL_BYTES,
         DECODE_MMAP_THRESHOLD_BYTES,
         DECODE_TRIM_THRESHOLD_BYTES,

@@ -51,7 +51,7 @@ def main() -> None:
                     help="what the decoder is created from")
     ap.add_argument("--decode", action="store_true", help="decode every third frame before closing")
     ap.add_argument("--trim", action="store_true", help="malloc_trim(0) after every close")
-    ap.add_argument("--pin", action="store_true", help="pin glibc's mmap threshold at 128 KiB (reader/decode/heap.py)")
+    ap.add_argument("--pin", action="store_true", help="pin glibc's mmap threshold at 128 KiB (reader/decode/_heap.py)")
     ap.add_argument("--open-thread", action="store_true",
                     help="create decoders on one dedicated thread (its own glibc arena); decode and close here")
     args = ap.parse_args()

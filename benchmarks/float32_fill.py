@@ -71,7 +71,7 @@ def _variants() -> dict:
     from it (single-threaded)."""
     import torch
 
-    from roboreel.reader.decode.pixels import _255, _scratch, copy_frame, unit_frame
+    from roboreel.reader.decode._pixels import _255, _scratch, copy_frame, unit_frame
 
     def per_plane(src: np.ndarray, dst: np.ndarray) -> None:
         tmp = _scratch(src.shape)
@@ -112,7 +112,7 @@ def main() -> None:
     p.add_argument("--variants", action="store_true", help="also time other fills with the same bits")
     args = p.parse_args()
 
-    from roboreel.reader.decode.pixels import copy_frame, unit_frame
+    from roboreel.reader.decode._pixels import copy_frame, unit_frame
 
     clips = _clips(Path(args.compiled), args.clips)
     frames, _ = _decode(clips)

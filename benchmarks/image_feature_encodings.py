@@ -3,7 +3,7 @@
 Measures, on the first ``--frames`` frames of a source mp4 (e.g. the ALOHA footage of ``benchmarks/render_aloha.py``)
 at its own size and resized (``--sizes``), what each choice costs a reader and what it loses:
 - PNG as LeRobot's image writer makes it (Pillow, ``compress_level=1``) and JPEG (quality 95, another common
-  Hub encoding): bytes per frame, CPU per decoded frame with Pillow (to uint8, as ``reader/decode/images.py``
+  Hub encoding): bytes per frame, CPU per decoded frame with Pillow (to uint8, as ``reader/decode/_images.py``
   decodes before its float conversion), exact or not;
 - HEVC clips: roboreel's video encoder at its defaults (``compile.video.encode_clip``: 4:2:0, CRF 24), each
   rung of the image-clip ladder alone (``--rungs``: yuv420p / yuv444p at CRF 24, 16, 12, and gbrp lossless), and

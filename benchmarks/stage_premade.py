@@ -1,8 +1,8 @@
 """What making batches costs the decode stage: ``roboreel.loader``'s decode pool fed live or from batches made ahead.
 
 With ``num_workers=0`` the training process both makes the pending batches (records read, samples picked, their
-rows gathered, collated: reader/plan, reader/decode/deferred.py) and decodes them on its decode threads. This
-script runs the decode stage's loop (decode/stage.py's pool, batches in flight as the stage keeps them) two ways,
+rows gathered, collated: reader/plan, reader/decode/_deferred.py) and decodes them on its decode threads. This
+script runs the decode stage's loop (decode/_stage.py's pool, batches in flight as the stage keeps them) two ways,
 alternated in one run:
 
 - ``live``: each epoch's pending batches are made while it decodes (a ``DataLoader`` over the dataset's pending
@@ -51,18 +51,18 @@ def main() -> int:
     from torch.utils.data import DataLoader
 
     from roboreel.reader import CompiledDataset
-    from roboreel.reader.decode.buffers import BufferPool
-    from roboreel.reader.decode.deferred import collate_pending
-    from roboreel.reader.decode.gpu import DeviceDecoders
-    from roboreel.reader.decode.heap import (
+    from roboreel.reader.decode._buffers import BufferPool
+    from roboreel.reader.decode._deferred import collate_pending
+    from roboreel.reader.decode._gpu import DeviceDecoders
+    from roboreel.reader.decode._heap import (
         DECODE_CALL_BYTES,
         DECODE_MMAP_THRESHOLD_BYTES,
         DECODE_TRIM_THRESHOLD_BYTES,
         pin_mmap_threshold,
     )
-    from roboreel.reader.decode.routing import Router
-    from roboreel.reader.decode.runs import RunBudget
-    from roboreel.reader.decode.stage import (
+    from roboreel.reader.decode._routing import Router
+    from roboreel.reader.decode._runs import RunBudget
+    from roboreel.reader.decode._stage import (
         BatchLayout,
         DecodePool,
         default_decode_threads,
@@ -93,7 +93,7 @@ def main() -> int:
     firsts: list[float] = []  # per epoch: seconds until its first pending batch was there
 
     def epoch(source: Any) -> int:
-        """One epoch through a fresh pool, as the loader's stage runs one (decode/stage.py, reader/loader/_stage.py)."""
+        """One epoch through a fresh pool, as the loader's stage runs one (decode/_stage.py, reader/loader/_stage.py)."""
         start = time.perf_counter()
         source = iter(source)
         router = Router("cpu", cameras=cameras, capability=None)

@@ -114,7 +114,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     into the garbage collector's permanent generation: it lives until the process ends, and the full collection
     after each test (below) then walks only what tests allocated, instead of a few hundred thousand objects of
     imported modules every time (~0.1 s per test on 2 cores). Forked DataLoader workers still freeze what they
-    inherit themselves (roboreel/reader/decode/forksafe.py): a cycle a test drops is never frozen here."""
+    inherit themselves (roboreel/reader/decode/_forksafe.py): a cycle a test drops is never frozen here."""
     import gc
 
     gc.collect()
@@ -124,13 +124,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.fixture(autouse=True)
 def _collect_garbage_in_the_parent():
     """Finalise each test's garbage here, where it is safe: a forked DataLoader worker that finalises an
-    inherited PyAV/x265 encoder hangs forever (roboreel/reader/decode/forksafe.py). First empty this process's idle
+    inherited PyAV/x265 encoder hangs forever (roboreel/reader/decode/_forksafe.py). First empty this process's idle
     decoders: a test reading a dataset for several epochs parks them (the automatic default, idle_policy.py), and
     the next test's decoder counts must not depend on what ran before."""
     yield
     import gc
 
-    from roboreel.reader.decode.decoder_cache import process_cache
+    from roboreel.reader.decode._decoder_cache import process_cache
 
     process_cache(1).resize(0)
     gc.collect()

@@ -10,7 +10,7 @@ from test_reader_decoder_cache import _epochs
 
 from roboreel.bench.soak import SoakConfig, growth_after_warmup, soak
 from roboreel.reader import CompiledDataset, DecodeOptions
-from roboreel.reader.decode.decoder_cache import process_cache
+from roboreel.reader.decode._decoder_cache import process_cache
 
 
 def _lanes(compiled, epochs: int) -> list[int]:

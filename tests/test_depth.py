@@ -30,7 +30,7 @@ from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.lerobot_v3 import LeRobotSource
 from roboreel.reader import CompiledDataset
-from roboreel.reader.decode.depth import code_table
+from roboreel.reader.decode._depth import code_table
 from roboreel.synth import SynthConfig, synthesize
 from roboreel.synth.depth import quantize, render_depth
 from roboreel.validate import validate

@@ -42,7 +42,7 @@ def _graph() -> dict[str, set[str]]:
 
 def _room(module: str) -> str:
     parts = module.split(".")
-    return parts[2] if len(parts) > 3 and parts[2] in ("plan", "fetch", "decode") else "face"
+    return parts[2] if len(parts) > 2 and parts[1] == "reader" and parts[2] in ("plan", "fetch", "decode") else "face"
 
 
 def test_reader_rooms_import_one_way():
@@ -51,8 +51,19 @@ def test_reader_rooms_import_one_way():
     assert wrong == []
 
 
+def test_reader_rooms_are_reached_through_their_faces():
+    """Outside its own room, plan/, fetch/ and decode/ are reached only through their faces (their ``__init__``);
+    their modules are private (``_name.py``)."""
+    wrong = [(m, i) for m, deps in _graph().items() for i in deps
+             if _room(i) != "face" and len(i.split(".")) > 3 and _room(i) != _room(m)]
+    assert wrong == []
+    public = sorted(_module(p) for room in ("plan", "fetch", "decode") for p in (PKG / "reader" / room).glob("*.py")
+                    if not p.name.startswith("_"))
+    assert public == []
+
+
 def test_plan_imports_no_decode():
-    """plan/ decides which sample comes next and what it needs; it hands decode its requests (plan/requests.py)
+    """plan/ decides which sample comes next and what it needs; it hands decode its requests (plan/_requests.py)
     and never imports decode/ (nor fetch/, nor the face): a sample crosses from plan to decode one way."""
     wrong = [(m, i) for m, deps in _graph().items() if m.startswith("roboreel.reader.plan")
              for i in deps if i.startswith("roboreel.reader.") and not i.startswith("roboreel.reader.plan")]
@@ -139,7 +150,7 @@ def test_compile_rooms_import_one_way_through_their_faces():
 
 
 def test_faces_list_their_names_sorted():
-    for room in ("compile", *(f"compile/{r}" for r in COMPILE_ROOMS)):
+    for room in ("compile", *(f"compile/{r}" for r in COMPILE_ROOMS), "reader/plan", "reader/fetch", "reader/decode"):
         tree = ast.parse((PKG / room / "__init__.py").read_text())
         names = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
                      and any(getattr(t, "id", None) == "__all__" for t in n.targets))

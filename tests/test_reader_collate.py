@@ -1,4 +1,4 @@
-"""Collation of pending batches (reader/decode/deferred.py): a batch's values gathered a column and an episode at a
+"""Collation of pending batches (reader/decode/_deferred.py): a batch's values gathered a column and an episode at a
 time equal collating each sample's own values, and ``collate_values`` stacks like ``np.stack`` and
 ``default_collate``: keys, order, dtypes, shapes and values, over whole epochs with and without windows.
 """
@@ -11,7 +11,7 @@ import torch
 from support.datasets import compiled_pair
 
 from roboreel.reader import CompiledDataset
-from roboreel.reader.decode.deferred import collate_pending
+from roboreel.reader.decode._deferred import collate_pending
 from roboreel.reader.loader._loader import _PendingStream
 
 WINDOWS = {"action": [-0.1, 0.0, 0.2], "observation.images.top": [-0.1, -0.05, 0.0],
@@ -36,8 +36,8 @@ def test_worker_collate_equals_default_collate_of_the_samples_values(compiled, w
     values equal ``default_collate`` of the same samples' values as tensors; strings stay lists."""
     from torch.utils.data import default_collate
 
-    from roboreel.reader.decode.clips import value_tensors
-    from roboreel.reader.decode.deferred import collate_values
+    from roboreel.reader.decode._clips import value_tensors
+    from roboreel.reader.decode._deferred import collate_values
 
     ds = _make(compiled, delta_timestamps=windows)
     pending = [p for p, _ in _PendingStream(ds)][:7]
@@ -56,7 +56,7 @@ def test_batches_gather_rows_per_episode_as_samples_would(compiled, windows):
     """A batch's values are gathered a column and an episode at a time (``LoadedEpisode.gather``), not sample by
     sample: over two whole epochs with batches of 5 (several episodes each, windows clamped at episode edges), the
     same keys, order, dtypes and values as collating each sample's own values."""
-    from roboreel.reader.decode.deferred import collate_values
+    from roboreel.reader.decode._deferred import collate_values
 
     ds = _make(compiled, delta_timestamps=windows)
     batches = 0
@@ -92,7 +92,7 @@ def test_collated_values_stack_like_np_stack():
     """collate_values stacks numeric arrays with ``np.array`` of their list: the dtype, shape and values of
     ``np.stack`` for equal arrays, promoted dtypes alike for mixed ones (a mixture's members), and np.stack's own
     error for shapes that differ (never a ragged object array)."""
-    from roboreel.reader.decode.deferred import collate_values
+    from roboreel.reader.decode._deferred import collate_values
 
     rng = np.random.default_rng(0)
     for shape in ((), (14,), (3, 2)):

@@ -12,11 +12,11 @@ from support.datasets import assert_same_sample, codes, compiled_pair
 from roboreel.bench.reference import ReferenceDataset
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.reader import CompiledDataset, DecodeOptions
-from roboreel.reader.decode.clips import DEFAULT_RUN_CACHE_BYTES, ClipDecoders, _calls, materialize
-from roboreel.reader.fetch.source import SliceReader, Store
-from roboreel.reader.plan.epoch import Slice
-from roboreel.reader.plan.pool import EpisodeSpec, LoadedEpisode, PoolSchedule, ScheduleKey, pending_samples
-from roboreel.reader.plan.requests import EpisodeClip, FrameRequest, PendingSample
+from roboreel.reader.decode._clips import DEFAULT_RUN_CACHE_BYTES, ClipDecoders, _calls, materialize
+from roboreel.reader.fetch._source import SliceReader, Store
+from roboreel.reader.plan._epoch import Slice
+from roboreel.reader.plan._pool import EpisodeSpec, LoadedEpisode, PoolSchedule, ScheduleKey, pending_samples
+from roboreel.reader.plan._requests import EpisodeClip, FrameRequest, PendingSample
 
 CAMERAS = ["observation.images.top", "observation.images.wrist"]
 # Windows that cross both episode ends (episodes are 10..60 frames at 20 fps) on tabular and camera keys.

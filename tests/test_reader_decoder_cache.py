@@ -1,5 +1,5 @@
-"""Decoders kept open across epochs (reader/decode/decoder_cache.py): the same frames as fresh ones, within the bound;
-when the automatic default keeps them (reader/decode/idle_policy.py)."""
+"""Decoders kept open across epochs (reader/decode/_decoder_cache.py): the same frames as fresh ones, within the bound;
+when the automatic default keeps them (reader/decode/_idle_policy.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from support.resume import assert_same_batches
 from torchcodec.decoders import VideoDecoder
 
 from roboreel.reader import CompiledDataset, DecodeOptions
-from roboreel.reader.decode.clips import ClipDecoders
-from roboreel.reader.decode.decoder_cache import IdleDecoders, decoder_bytes, process_cache
-from roboreel.reader.decode.idle_policy import AUTO_BUDGET_BYTES, IdlePolicy
-from roboreel.reader.fetch.source import SliceReader, Store
-from roboreel.reader.plan.epoch import Slice
-from roboreel.reader.plan.requests import EpisodeClip
-from roboreel.reader.plan.shuffled import MAX_RUNS
+from roboreel.reader.decode._clips import ClipDecoders
+from roboreel.reader.decode._decoder_cache import IdleDecoders, decoder_bytes, process_cache
+from roboreel.reader.decode._idle_policy import AUTO_BUDGET_BYTES, IdlePolicy
+from roboreel.reader.fetch._source import SliceReader, Store
+from roboreel.reader.plan._epoch import Slice
+from roboreel.reader.plan._requests import EpisodeClip
+from roboreel.reader.plan._shuffled import MAX_RUNS
 
 DECODER_64 = decoder_bytes(64, 64)  # the fixtures' clips are 64x64
 

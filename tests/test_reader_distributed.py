@@ -11,7 +11,7 @@ import torch
 from support.datasets import batch_indices, compiled_pair
 
 from roboreel.reader import CompiledDataset, DecodeOptions
-from roboreel.reader.plan.epoch import World
+from roboreel.reader.plan._epoch import World
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -40,7 +40,7 @@ def one_shard(tmp_path_factory):  # 1 shard: fewer shards than ranks and workers
 
 def planned_indices(ds: CompiledDataset, world_size: int, num_workers: int, epoch: int) -> list[list[list[int]]]:
     """The sample indices each (rank, worker) consumer of the epoch is to emit, from the dataset's own plan (pure
-    functions of the manifest: plan/epoch.py); ``num_workers=0`` reads in the main process, one consumer."""
+    functions of the manifest: plan/_epoch.py); ``num_workers=0`` reads in the main process, one consumer."""
     m = ds.manifest
     out = []
     for rank in range(world_size):
@@ -142,22 +142,26 @@ def test_order_is_deterministic_and_reshuffles_per_epoch(eight_shards):
 
 def test_batches_mix_episodes(tmp_path_factory):
     """With P pooled episodes a batch of B holds ~P(1 - (1 - 1/P)^B) distinct episodes under uniform picks;
-    allow 80% of that for the epoch's tail (the pool draining); file order holds 1-2."""
+    allow 80% of that for the epoch's tail (the pool draining); file order holds 1-2. Read undecoded
+    (``iter_pending``: the same stream as ``iter()``), as order is the plan's alone."""
     _, path = compiled_pair(tmp_path_factory, episodes_per_shard=3, episodes=24, min_length=10, max_length=60,
                             seed=3)
     pool, batch = 8, 16
-    ds = CompiledDataset(str(path), episode_pool_size=pool, return_uint8=True)
-    loader = torch.utils.data.DataLoader(ds, batch_size=batch)
-    distinct = [len(set(b["episode_index"].tolist())) for b in loader]
+
+    def distinct(ds: CompiledDataset) -> list[int]:
+        episodes = [p.episode for p in ds.iter_pending()]
+        assert len(episodes) == ds.num_frames
+        return [len(set(episodes[i:i + batch])) for i in range(0, len(episodes), batch)]
+
+    mixed = distinct(CompiledDataset(str(path), episode_pool_size=pool))
     ideal = pool * (1 - (1 - 1 / pool) ** batch)
-    assert np.mean(distinct) >= 0.8 * ideal, (np.mean(distinct), ideal)
-    ordered = CompiledDataset(str(path), shuffle=False, return_uint8=True)
-    plain = [len(set(b["episode_index"].tolist())) for b in torch.utils.data.DataLoader(ordered, batch_size=batch)]
-    assert np.mean(plain) < 2.5 < np.mean(distinct)
+    assert np.mean(mixed) >= 0.8 * ideal, (np.mean(mixed), ideal)
+    plain = distinct(CompiledDataset(str(path), shuffle=False))
+    assert np.mean(plain) < 2.5 < np.mean(mixed)
 
 
 def test_stats_aggregate_across_workers(eight_shards):
-    # frame_order="segments": one decoder a clip (the default opens one per run lane: plan/shuffled.py)
+    # frame_order="segments": one decoder a clip (the default opens one per run lane: plan/_shuffled.py)
     ds = CompiledDataset(str(eight_shards), episode_pool_size=2, decode=DecodeOptions(frame_order="segments"))
     m = ds.manifest
     n = len([i for b in torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2) for i in batch_indices(b)])

@@ -1,4 +1,4 @@
-"""Episodes kept across epochs (reader/plan/episode_cache.py): a small dataset is read once per process, and its
+"""Episodes kept across epochs (reader/plan/_episode_cache.py): a small dataset is read once per process, and its
 later epochs, taken from memory, equal epochs read from the shards bit for bit: the DataLoader and
 ``roboreel.loader``, 0 and 2 workers, windows, a mixture whose cameras are renamed and whose short member repeats.
 """
@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 import roboreel
 from roboreel.reader import CompiledDataset
 from roboreel.reader.options import StreamOptions
-from roboreel.reader.plan.episode_cache import AUTO_KEEP_BYTES, EpisodeCache, auto_budget
+from roboreel.reader.plan._episode_cache import AUTO_KEEP_BYTES, EpisodeCache, auto_budget
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
 WINDOWS = {"action": [-0.1, 0.0, 0.2], "observation.images.top": [-0.1, -0.05, 0.0],
@@ -95,7 +95,7 @@ def test_automatic_budget_and_options():
 
 
 def test_a_dataset_larger_than_the_automatic_bound_keeps_nothing(compiled, monkeypatch):
-    import roboreel.reader.plan.episode_cache as ec
+    import roboreel.reader.plan._episode_cache as ec
 
     monkeypatch.setattr(ec, "AUTO_KEEP_BYTES", 1024)  # the fixture's shards are larger than this
     from roboreel.reader import dataset as dataset_module

@@ -1,4 +1,4 @@
-"""A forked DataLoader worker never finalises the parent's garbage (reader/decode/forksafe.py).
+"""A forked DataLoader worker never finalises the parent's garbage (reader/decode/_forksafe.py).
 
 The scenario that hung CI once: an x265 encoder, used and then dropped in a reference cycle in the parent, is
 inherited by a forked worker whose GC finalises it; x265's close then waits forever for threads that do not

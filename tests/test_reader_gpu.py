@@ -20,20 +20,20 @@ from torch.utils.data import DataLoader
 
 import roboreel
 from roboreel.reader import CompiledDataset, DecodeOptions
-from roboreel.reader.decode.deferred import ClipStore, assemble, collate_pending
-from roboreel.reader.decode.gpu import DeviceDecoders
-from roboreel.reader.decode.routing import Router, choose_device, parse_decode_device, resolve_decode_device
-from roboreel.reader.decode.runs import RunBudget
+from roboreel.reader.decode._deferred import ClipStore, assemble, collate_pending
+from roboreel.reader.decode._gpu import DeviceDecoders
+from roboreel.reader.decode._routing import Router, choose_device, parse_decode_device, resolve_decode_device
+from roboreel.reader.decode._runs import RunBudget
 from roboreel.reader.loader._loader import _PendingStream
-from roboreel.reader.plan.epoch import World
-from roboreel.reader.plan.requests import EpisodeClip
+from roboreel.reader.plan._epoch import World
+from roboreel.reader.plan._requests import EpisodeClip
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
 HAVE_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU and a CUDA build of torchcodec")
 no_cuda = pytest.mark.skipif(HAVE_CUDA, reason="checks the no-CUDA behaviour")
 TORCHCODEC_CPU_BUILD = torchcodec.__version__.endswith("+cpu")
-ROUTING_LOG = "roboreel.reader.decode.routing"
+ROUTING_LOG = "roboreel.reader.decode._routing"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The reader pins glibc's mmap threshold in every process that reads or decodes (reader/decode/heap.py)."""
+"""The reader pins glibc's mmap threshold in every process that reads or decodes (reader/decode/_heap.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from roboreel.reader import CompiledDataset
-from roboreel.reader.decode import heap
+from roboreel.reader.decode import _heap as heap
 
 
 @pytest.fixture()
@@ -25,9 +25,17 @@ def unpinned():
         assert heap.pin_mmap_threshold(before[1])
 
 
-PROBE = r"""
-import ctypes, sys
-from roboreel.reader.decode.heap import pin_mmap_threshold  # light: ctypes only, nothing allocated in the heap yet
+# The probes load heap's one file alone (it imports only the standard library): importing it through the package
+# would bring torch and torchcodec in first (seconds of start-up, and their allocations in the heap being probed).
+LOAD_HEAP = r"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("heap", sys.argv[1])
+heap = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(heap)
+"""
+PROBE = LOAD_HEAP + r"""
+import ctypes
+pin_mmap_threshold = heap.pin_mmap_threshold
 
 class MI(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
@@ -37,7 +45,7 @@ libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = MI
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
-if sys.argv[1] == "pinned":
+if sys.argv[2] == "pinned":
     assert pin_mmap_threshold()
 # Free one 4 MiB mmapped block: glibc's dynamic rule raises the threshold to 4 MiB, so a new 1 MiB block comes
 # from the heap arena (and fragments it); pinned, it is mmapped and given back on free. hblkhd = mmapped bytes.
@@ -51,8 +59,8 @@ print(libc.mallinfo2().hblkhd - before >= 1 << 20)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc")
 def test_pinning_keeps_large_blocks_out_of_the_heap_arena():
     def probe(mode: str) -> str:
-        return subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=120,
-                              check=True).stdout.strip()
+        return subprocess.run([sys.executable, "-c", PROBE, heap.__file__, mode], capture_output=True, text=True,
+                              timeout=120, check=True).stdout.strip()
 
     assert probe("dynamic") == "False"  # glibc's default: the check can fail
     assert probe("pinned") == "True"
@@ -130,9 +138,9 @@ def test_an_in_process_loader_epoch_trims_the_heap_once(small_compiled, monkeypa
     assert sum(1 for _ in ds) > 0 and len(trims) == 1
 
 
-ARENA_PROBE = r"""
+ARENA_PROBE = LOAD_HEAP + r"""
 import ctypes
-from roboreel.reader.decode.heap import in_side_arena
+in_side_arena = heap.in_side_arena
 
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
@@ -147,8 +155,8 @@ print(non_main_arena(libc.malloc(48)), non_main_arena(in_side_arena(libc.malloc,
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc")
 def test_side_arena_allocations_come_from_another_arena():
     def probe(env: dict[str, str]) -> str:
-        return subprocess.run([sys.executable, "-c", ARENA_PROBE], capture_output=True, text=True, timeout=120,
-                              check=True, env={**os.environ, **env}).stdout.strip()
+        return subprocess.run([sys.executable, "-c", ARENA_PROBE, heap.__file__], capture_output=True, text=True,
+                              timeout=120, check=True, env={**os.environ, **env}).stdout.strip()
 
     assert probe({}) == "False True"
     assert probe({"MALLOC_ARENA_MAX": "1"}) == "False False"  # one arena for all threads: documented limit

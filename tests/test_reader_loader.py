@@ -1,4 +1,4 @@
-"""``roboreel.loader``'s decode pool (reader/decode/stage.py): threads in the training process decode into preallocated
+"""``roboreel.loader``'s decode pool (reader/decode/_stage.py): threads in the training process decode into preallocated
 batch tensors, and the batches equal ``DataLoader(CompiledDataset(...))``'s exactly: order, values (frames
 identified by pixel codes, every tensor compared bit for bit), uint8 and float32, single frames and camera
 windows, 0 and 2 workers, resume mid-epoch.
@@ -22,12 +22,12 @@ from torch.utils.data import DataLoader
 import roboreel
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.reader import CompiledDataset
-from roboreel.reader.decode.deferred import collate_pending
-from roboreel.reader.decode.gpu import DeviceDecoders
-from roboreel.reader.decode.heap import DECODE_CALL_BYTES
-from roboreel.reader.decode.routing import Router
-from roboreel.reader.decode.runs import RunBudget
-from roboreel.reader.decode.stage import BatchLayout, DecodePool, default_decode_threads
+from roboreel.reader.decode._deferred import collate_pending
+from roboreel.reader.decode._gpu import DeviceDecoders
+from roboreel.reader.decode._heap import DECODE_CALL_BYTES
+from roboreel.reader.decode._routing import Router
+from roboreel.reader.decode._runs import RunBudget
+from roboreel.reader.decode._stage import BatchLayout, DecodePool, default_decode_threads
 from roboreel.reader.loader._loader import DeviceLoader, _PendingStream
 from roboreel.reader.loader._stage import finish_batch
 
@@ -119,7 +119,7 @@ def test_pool_resume_mid_epoch_equals_an_uninterrupted_dataloader_run(compiled, 
 
 @pytest.mark.parametrize("uint8", [True, False], ids=["uint8", "float32"])
 def test_batch_buffers_are_reused_only_once_the_loop_let_go(compiled, uint8):
-    """Batch arrays come back once no tensor refers to them (reader/decode/buffers.py): a loop that drops each batch gets
+    """Batch arrays come back once no tensor refers to them (reader/decode/_buffers.py): a loop that drops each batch gets
     reused arrays, and batches it keeps are never written again, across two epochs."""
     make = _make(compiled, return_uint8=uint8, delta_timestamps=WINDOWS)
     ds = make()
@@ -347,7 +347,7 @@ def test_copy_frame_deinterleaves_exactly(compiled):
     """The stage's frame copies (OpenCV's split into the three planes of a [C, H, W] slot, numpy otherwise) write
     exactly the decoded frame, or its ``x / 255.0`` into float32 slots, for real decoded frames and for layouts
     they must leave to numpy."""
-    from roboreel.reader.decode.pixels import copy_frame
+    from roboreel.reader.decode._pixels import copy_frame
 
     ds = _make(compiled)()
     clip = next(p for p in DataLoader(_PendingStream(ds), batch_size=4, collate_fn=collate_pending)).clips
@@ -369,7 +369,7 @@ def test_copy_frame_deinterleaves_exactly(compiled):
     assert np.array_equal(out, hwc)
     # float32 slots: the bits of torch's x / 255.0, from the strided view (through the thread's scratch) and from
     # contiguous memory, also after the scratch's shape changed
-    from roboreel.reader.decode.pixels import unit_frame
+    from roboreel.reader.decode._pixels import unit_frame
 
     want = (frames.contiguous() / 255.0).numpy()
     got = np.full((3, *frames.shape[1:]), np.nan, np.float32)

@@ -1,4 +1,4 @@
-"""``roboreel.loader(..., mix_workers=True)`` (reader/decode/mixing.py): every batch takes ``batch_size /
+"""``roboreel.loader(..., mix_workers=True)`` (reader/decode/_mixing.py): every batch takes ``batch_size /
 num_workers`` samples from each worker, so it mixes the episodes of all workers. Its batches are exactly the
 unmixed loader's batches of that smaller size, ``num_workers`` consecutive ones joined (frames identified by pixel
 codes, every tensor bit for bit); each index comes once an epoch; ``len`` is exact; a resume mid-epoch continues

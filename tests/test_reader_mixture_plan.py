@@ -12,7 +12,7 @@ from support.datasets import compiled_pair
 
 from roboreel.formats.manifest import load_manifest
 from roboreel.reader.mixture._plan import MixturePlan, member_quotas, member_slices, skip_counts
-from roboreel.reader.plan.epoch import SplitOptions, World, selection
+from roboreel.reader.plan._epoch import SplitOptions, World, selection
 
 
 def test_quotas_meet_the_weights_within_one_draw():

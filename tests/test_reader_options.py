@@ -33,7 +33,7 @@ def test_groups_are_exported_frozen_and_checked():
 
 
 def test_idle_decoders_default_to_automatic_and_take_none_zero_or_a_bound():
-    """None (the default) is the automatic mode (reader/decode/idle_policy.py); 0 and a number are explicit bounds."""
+    """None (the default) is the automatic mode (reader/decode/_idle_policy.py); 0 and a number are explicit bounds."""
     assert DecodeOptions().idle_decoders_mb is None
     assert [DecodeOptions(idle_decoders_mb=v).idle_decoders_mb for v in (None, 0, 0.5, 64)] == [None, 0, 0.5, 64]
 

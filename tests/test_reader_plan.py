@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from support.plan import epoch_slices
 
 from roboreel.formats.manifest import EpisodeEntry, Manifest, ShardEntry
-from roboreel.reader.plan.epoch import (
+from roboreel.reader.plan._epoch import (
     SplitOptions,
     World,
     consumer_slices,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roboreel.reader.plan.pool import PoolSchedule, ScheduleKey, episode_frame_order
+from roboreel.reader.plan._pool import PoolSchedule, ScheduleKey, episode_frame_order
 
 LENGTHS = np.random.default_rng(0).integers(5, 61, 40).tolist()
 EPISODES = [100 + 3 * i for i in range(len(LENGTHS))]  # stream order need not be index order

@@ -12,7 +12,7 @@ from support.resume import assert_same_batches
 
 from roboreel.formats.errors import ShardReadError
 from roboreel.reader import CompiledDataset, StreamOptions
-from roboreel.reader.plan.epoch import World
+from roboreel.reader.plan._epoch import World
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 WINDOWS = {"action": [-0.1, 0.0, 0.1], "observation.images.top": [-0.05, 0.0]}

@@ -10,7 +10,7 @@ from support.datasets import compiled_pair
 from support.resume import assert_same_batches, check_resume, loader, save_after
 
 from roboreel.reader import CompiledDataset
-from roboreel.reader.plan.resume import consumed_per_worker, worker_batches
+from roboreel.reader.plan._resume import consumed_per_worker, worker_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated", "ignore:This DataLoader will create")
 WINDOWS = {"action": [-0.1, 0.0, 0.2], "observation.images.top": [-0.05, 0.0]}

@@ -1,4 +1,4 @@
-"""Tabular columns as samples hold them (reader/plan/rows.py): what ``torch.tensor`` makes of the Python value of
+"""Tabular columns as samples hold them (reader/plan/_rows.py): what ``torch.tensor`` makes of the Python value of
 each row, LeRobot's ``hf_transform_to_torch``, for every numeric type and shape LeRobot's writer stores.
 
 The expected values here are that rule itself (``torch.tensor(column.to_pylist()[row])``), row by row; the same
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from roboreel.reader.plan.rows import column_array
+from roboreel.reader.plan._rows import column_array
 
 ROWS = 7
 

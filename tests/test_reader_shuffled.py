@@ -1,4 +1,4 @@
-"""The default sample order (plan/shuffled.py): every frame once, no near-duplicates within ``spread`` picks,
+"""The default sample order (plan/_shuffled.py): every frame once, no near-duplicates within ``spread`` picks,
 each run forward on its own decoder lane, seeded and replayable; and through roboreel.loader, batches with fewer
 near-duplicate pairs than uniform sampling gives."""
 
@@ -10,8 +10,8 @@ from support.datasets import compiled_pair
 
 import roboreel
 from roboreel.reader import CompiledDataset
-from roboreel.reader.plan.pool import ScheduleKey
-from roboreel.reader.plan.shuffled import MAX_RUNS, ShuffledSchedule, make_schedule
+from roboreel.reader.plan._pool import ScheduleKey
+from roboreel.reader.plan._shuffled import MAX_RUNS, ShuffledSchedule, make_schedule
 
 LENGTHS = np.random.default_rng(1).integers(5, 160, 40).tolist()
 EPISODES = [7 + 2 * i for i in range(len(LENGTHS))]
@@ -94,7 +94,7 @@ def test_order_is_seeded_and_replays_exactly():
 
 
 def test_cut_episodes_and_file_order():
-    """Frame ranges cut by the split (plan/epoch.py) are honoured; shuffle=False is file order as for every order."""
+    """Frame ranges cut by the split (plan/_epoch.py) are honoured; shuffle=False is file order as for every order."""
     ranges = [(min(3, n - 1), n) for n in LENGTHS]
     s = schedule(ranges=ranges)
     assert sorted((p, f) for p, f, _ in s) == [(p, f) for p, (a, b) in enumerate(ranges) for f in range(a, b)]

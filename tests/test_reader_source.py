@@ -16,9 +16,9 @@ from support.datasets import compiled_pair
 
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.manifest import load_manifest, write_manifest
-from roboreel.reader.fetch.prefetch import Prefetcher
-from roboreel.reader.fetch.source import SliceReader, Store, is_transient, record_spans
-from roboreel.reader.plan.epoch import Slice
+from roboreel.reader.fetch._prefetch import Prefetcher
+from roboreel.reader.fetch._source import SliceReader, Store, is_transient, record_spans
+from roboreel.reader.plan._epoch import Slice
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def test_foreign_tar_layout_falls_back_to_reading_the_shard(compiled, tmp_path, 
     write_manifest(root, m)
     eps = m.shards[0].episodes
     want, _ = read_all(compiled, [Slice(0, tuple(eps[1:]))])
-    with caplog.at_level(logging.INFO, logger="roboreel.reader.fetch.source"):
+    with caplog.at_level(logging.INFO, logger="roboreel.reader.fetch._source"):
         got, _ = read_all(root, [Slice(0, tuple(eps[1:]))])
     assert got == want
     assert any("reading the shard from its start" in r.getMessage() for r in caplog.records)

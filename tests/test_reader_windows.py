@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roboreel.reader.plan.windows import delta_offsets, window
+from roboreel.reader.plan._windows import delta_offsets, window
 
 KEYS = ["action", "observation.state", "observation.images.top", "timestamp"]
 

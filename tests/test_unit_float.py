@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from roboreel.reader.decode.clips import to_output
-from roboreel.reader.decode.images import finish_images
-from roboreel.reader.decode.unit import unit_float
+from roboreel.reader.decode._clips import to_output
+from roboreel.reader.decode._images import finish_images
+from roboreel.reader.decode._unit import unit_float
 
 HAVE_CUDA = torch.cuda.is_available()
 # Every uint8 value, reference: the division done in float64, then rounded once to float32. k / 255 never falls on

@@ -16,8 +16,8 @@ from roboreel.formats.manifest import load_manifest
 from roboreel.formats.shard import split_member
 from roboreel.formats.wds import shard_urls
 from roboreel.reader import CompiledDataset
-from roboreel.reader.fetch.source import SliceReader, Store
-from roboreel.reader.plan.epoch import Slice
+from roboreel.reader.fetch._source import SliceReader, Store
+from roboreel.reader.plan._epoch import Slice
 
 CAMERAS = ["observation.images.top", "observation.images.wrist"]
 

@@ -27,9 +27,8 @@ from roboreel.formats.errors import FrameTimestampError, SourceError
 from roboreel.formats.lerobot_v3 import EpisodeMeta, LeRobotSource
 from roboreel.formats.table_features import image_bytes, image_keys
 from roboreel.formats.transient import is_local
-from roboreel.reader.decode.forksafe import isolate_inherited_heap
-from roboreel.reader.plan.rows import column_array
-from roboreel.reader.plan.windows import delta_offsets, window
+from roboreel.reader.decode import isolate_inherited_heap
+from roboreel.reader.plan import column_array, delta_offsets, window
 
 
 def _image(data: bytes) -> torch.Tensor:
@@ -168,7 +167,7 @@ class ReferenceDataset(Dataset):
     # -- samples ----------------------------------------------------------------------------------------
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Samples for a batch of indices; all frames needed from one mp4 are decoded in one call."""
-        isolate_inherited_heap()  # first thing in a forked DataLoader worker: see reader/decode/forksafe.py
+        isolate_inherited_heap()  # first thing in a forked DataLoader worker: see reader/decode/_forksafe.py
         plans = []
         wanted: dict[tuple[str, int], dict[float, None]] = {}
         for idx in indices:

@@ -135,8 +135,7 @@ def measure(root: str, batch_size: int, num_workers: int) -> dict[str, Any]:
     import torch
 
     from roboreel.reader import CompiledDataset
-    from roboreel.reader.plan.epoch import World, consumer_slices, stream_arrays
-    from roboreel.reader.plan.pool import PoolSchedule, ScheduleKey
+    from roboreel.reader.plan import PoolSchedule, ScheduleKey, World, consumer_slices, stream_arrays
 
     rss0 = _rss_mb()
     t0 = time.perf_counter()

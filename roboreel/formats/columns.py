@@ -3,7 +3,7 @@
 LeRobot stores a feature of shape [1] as a scalar column, [n] as a fixed-size list (HF ``Sequence(length=n)``)
 and 2 to 5 dims as nested lists (HF ``Array2D`` ... ``Array5D``), which pyarrow reads as HF's extension types
 where ``datasets`` is imported; their storage is the same nested lists. Shared by the reader (samples,
-reader/plan/rows.py) and compile (stats, compile/tables/_stats.py).
+reader/plan/_rows.py) and compile (stats, compile/tables/_stats.py).
 """
 
 from __future__ import annotations

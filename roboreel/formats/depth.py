@@ -11,7 +11,7 @@ stats are kept in the recorded ``info["depth_unit"]`` and rescaled to the output
 (``LeRobotDatasetMetadata.rescale_depth_stats``).
 
 There are only 4096 codes, so the reader dequantises through a table of them, computed with exactly LeRobot's
-torch operations in LeRobot's order (``reader/decode/depth.py``, ``code_table``: torch stays out of formats/).
+torch operations in LeRobot's order (``reader/decode/_depth.py``, ``code_table``: torch stays out of formats/).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ LeRobot 0.6.1 reads these through HF ``datasets.Image.decode_example`` (``PIL.Im
 ``io_utils.pil_to_chw_tensor``: uint16 modes (``I;16*``, raw depth) become float32 in native units, everything
 else goes through torchvision's ``ToTensor`` (uint8 modes -> ``x / 255``, ``I`` stays int32, ``F`` float32; mode
 ``1`` is 0/255 first). ``image_pixels`` gives those pixels channels-last, before the float conversion, so the
-reader (which finishes them, reader/decode/images.py) and the compiler (which re-encodes 8-bit RGB images as
+reader (which finishes them, reader/decode/_images.py) and the compiler (which re-encodes 8-bit RGB images as
 clips under ``--images clips``, compile/video/_imageclips.py) start from the same array.
 """
 

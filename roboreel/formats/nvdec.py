@@ -1,7 +1,7 @@
 """What NVIDIA's hardware decoder (NVDEC) can decode, as a static table: codec x frame size x GPU architecture.
 
 Pure data and Python, no torch. It lives in formats/ because both sides need it and neither may import the
-other: the reader's GPU decode path (reader/decode/routing.py) asks it before opening a clip on the GPU, so it can
+other: the reader's GPU decode path (reader/decode/_routing.py) asks it before opening a clip on the GPU, so it can
 route a clip to the CPU (and say why, once) instead of trusting a silent fallback; ``roboreel doctor``
 (doctor/nvdec.py re-exports it) asks it to explain what it measured. The runtime truth is NVDEC's own
 ``cuvidGetDecoderCaps`` (which torchcodec's NVDEC backend checks, falling back to CPU decode when a stream is

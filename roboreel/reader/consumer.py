@@ -27,18 +27,27 @@ from torch.utils.data import get_worker_info
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.manifest import Manifest
-from roboreel.reader.decode.clips import ClipDecoders, materialize
-from roboreel.reader.decode.deferred import ship_once
-from roboreel.reader.decode.heap import release_free_memory
-from roboreel.reader.decode.idle_policy import IdlePolicy
-from roboreel.reader.decode.images import ImageClips
-from roboreel.reader.fetch.prefetch import Prefetcher
-from roboreel.reader.fetch.source import SliceReader, Store
+from roboreel.reader.decode import (
+    ClipDecoders,
+    IdlePolicy,
+    ImageClips,
+    materialize,
+    release_free_memory,
+    ship_once,
+)
+from roboreel.reader.fetch import Prefetcher, SliceReader, Store
 from roboreel.reader.options import DecodeOptions, StreamOptions
-from roboreel.reader.plan.episode_cache import EpisodeCache
-from roboreel.reader.plan.epoch import Slice, World
-from roboreel.reader.plan.pool import EpisodeSpec, LoadedEpisode, PoolSchedule, pending_samples, still_needed
-from roboreel.reader.plan.requests import PendingSample
+from roboreel.reader.plan import (
+    EpisodeCache,
+    EpisodeSpec,
+    LoadedEpisode,
+    PendingSample,
+    PoolSchedule,
+    Slice,
+    World,
+    pending_samples,
+    still_needed,
+)
 from roboreel.reader.stats import Flusher, SharedCounters
 
 
@@ -47,8 +56,8 @@ class Records:
     """Where one dataset's episode records come from and what they are made into (``MemberStream``): its store
     and manifest, read under its ``StreamOptions``; its features split into tabular ``tabular_keys`` and clipped
     ``camera_keys``; the image features decoded from its rows (``image_keys``: key -> stored in metres,
-    decode/images.py) and those ``image_transforms`` apply to; its windows (key -> int64 frame offsets); the
-    episodes kept across epochs (``cache``, plan/episode_cache.py), or None."""
+    decode/_images.py) and those ``image_transforms`` apply to; its windows (key -> int64 frame offsets); the
+    episodes kept across epochs (``cache``, plan/_episode_cache.py), or None."""
 
     store: Store
     manifest: Manifest
@@ -65,7 +74,7 @@ class Records:
 class Decoding:
     """How a consumer's frames decode and what a sample looks like: the dataset's ``DecodeOptions``, the decode
     device they resolved to (``device``: where frames decode, not where batches land), the frames kept per clip of
-    a windowed camera, the depth cameras' quantisers (decode/depth.py), image features compiled as clips (float32
+    a windowed camera, the depth cameras' quantisers (decode/_depth.py), image features compiled as clips (float32
     always, in LeRobot's key order), ``return_uint8`` and ``image_transforms``, and the idle decoders' policy."""
 
     options: DecodeOptions

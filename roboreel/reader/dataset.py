@@ -30,30 +30,37 @@ from roboreel.formats.index import FileIndex
 from roboreel.formats.manifest import Manifest, load_manifest
 from roboreel.formats.transient import retrying
 from roboreel.reader.consumer import Records, run_consumer
-from roboreel.reader.decode.idle_policy import IdlePolicy, camera_lanes, idle_bytes_needed
-from roboreel.reader.decode.images import ImageClips
-from roboreel.reader.decode.routing import resolve_decode_device
+from roboreel.reader.decode import (
+    IdlePolicy,
+    ImageClips,
+    camera_lanes,
+    idle_bytes_needed,
+    resolve_decode_device,
+)
 from roboreel.reader.depth import depth_cameras
-from roboreel.reader.fetch.source import Store
+from roboreel.reader.fetch import Store
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.mixture import MIXTURE_ONLY, build_mixture
 from roboreel.reader.options import DecodeOptions, StreamOptions, resolve_options
 from roboreel.reader.order import near_offsets
-from roboreel.reader.plan.episode_cache import EpisodeCache, auto_budget
-from roboreel.reader.plan.epoch import (
+from roboreel.reader.plan import (
+    DEFAULT_SPREAD,
+    MAX_RUNS,
+    EpisodeCache,
+    ScheduleKey,
     Selection,
     Slice,
     SplitOptions,
     World,
+    auto_budget,
     consumer_slices,
+    delta_offsets,
+    frame_offsets,
+    make_schedule,
     selection,
     stream_arrays,
     uneven_split_message,
 )
-from roboreel.reader.plan.frames import frame_offsets
-from roboreel.reader.plan.pool import ScheduleKey
-from roboreel.reader.plan.shuffled import DEFAULT_SPREAD, MAX_RUNS, make_schedule
-from roboreel.reader.plan.windows import delta_offsets
 from roboreel.reader.random_access import RandomAccess
 from roboreel.reader.stats import SharedCounters
 from roboreel.reader.stream import StreamCore
@@ -170,7 +177,7 @@ class CompiledDataset(StreamCore):
         self.episode_pool_size, self.seed, self.shuffle = episode_pool_size, int(seed), bool(shuffle)
         # where frames decode: DecodeOptions.device resolved ("cuda" -> "cuda:0", or "cpu" by its fallback)
         self.decode_device, self.image_transforms, self.return_uint8 = decode_device, image_transforms, return_uint8
-        self.spread = decode.spread or batch_size or DEFAULT_SPREAD  # plan/shuffled.py
+        self.spread = decode.spread or batch_size or DEFAULT_SPREAD  # plan/_shuffled.py
         self.rank, self.world_size = rank, world_size
         self.split_options = SplitOptions(equal_steps=equal_steps, batch_size=batch_size)
         self._meta: DatasetMeta | None = None
@@ -204,8 +211,8 @@ class CompiledDataset(StreamCore):
         clipped = set(m.camera_keys)  # features stored as clips: video ones, and images compiled as clips
         self.camera_keys = [k for k in m.features if k in clipped]
         self.tabular_keys = [k for k in m.features if k not in clipped]
-        self.image_clips = ImageClips.of(m.features, self.camera_keys)  # images compiled as clips (decode/images.py)
-        self.depth = depth_cameras(m)  # camera -> quantiser: decoded to LeRobot's depth values (decode/depth.py)
+        self.image_clips = ImageClips.of(m.features, self.camera_keys)  # images compiled as clips (decode/_images.py)
+        self.depth = depth_cameras(m)  # camera -> quantiser: decoded to LeRobot's depth values (decode/_depth.py)
         # image features kept encoded: decoded per sample from the record rows (depth in metres -> mm, untransformed)
         self.image_keys = {k: is_depth(f) and (f.get("info") or {}).get("depth_unit") == "m"
                            for k, f in m.features.items() if f.get("dtype") == "image" and k not in clipped}

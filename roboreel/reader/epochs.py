@@ -16,8 +16,7 @@ from typing import Any
 from torch.utils.data import get_worker_info
 
 from roboreel.reader.board import EpochBoard
-from roboreel.reader.plan.epoch import World
-from roboreel.reader.plan.state import STATE_FORMAT, STATE_VERSION, checked_state, loader_state, resume_point
+from roboreel.reader.plan import STATE_FORMAT, STATE_VERSION, World, checked_state, loader_state, resume_point
 
 
 class EpochState:

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from roboreel.formats.transient import Retry
-from roboreel.reader.decode.routing import DecodeFallback
-from roboreel.reader.decode.runs import DEFAULT_GPU_RUN_CACHE_BYTES, DEFAULT_RUN_CACHE_BYTES
-from roboreel.reader.plan.pool import FRAME_ORDERS, FrameOrder
+from roboreel.reader.decode import DEFAULT_GPU_RUN_CACHE_BYTES, DEFAULT_RUN_CACHE_BYTES, DecodeFallback
+from roboreel.reader.plan import FRAME_ORDERS, FrameOrder
 
 _FALLBACKS = ("error", "cpu")
 
@@ -41,7 +40,7 @@ class StreamOptions:
         storage_options: passed to fsspec (credentials, timeouts, headers).
         keep_episodes_mb: episodes (rows and compressed clips, no pixels) each process keeps across epochs, in
             MiB, so that later epochs take them from memory instead of reading their records again
-            (reader/plan/episode_cache.py). None (default): automatic, every episode when the selected shards
+            (reader/plan/_episode_cache.py). None (default): automatic, every episode when the selected shards
             together are at most 64 MiB, none otherwise: on a small dataset an epoch starts ~20 ms sooner
             (docs/benchmarks.md, "Small frames"). A number: that bound. 0 turns it off.
     """
@@ -111,7 +110,7 @@ class DecodeOptions:
             "Memory over long training"). None (default): automatic, from a process's second iteration of the
             dataset on (a persistent DataLoader worker, or the main process) and only if every clip x lane of
             the dataset fits 256 MiB: ~+150-180 MB per such process, the price of a flat RSS
-            (reader/decode/idle_policy.py). A number: that bound, from the first iteration. 0 turns it off.
+            (reader/decode/_idle_policy.py). A number: that bound, from the first iteration. 0 turns it off.
     """
 
     device: str = "cpu"
@@ -142,7 +141,7 @@ class DecodeOptions:
 
     @property
     def run_cache_bytes(self) -> int:
-        """``cache_mb`` in bytes: the run cache's bound for a consumer's CPU decoders (decode/runs.py)."""
+        """``cache_mb`` in bytes: the run cache's bound for a consumer's CPU decoders (decode/_runs.py)."""
         return int(self.cache_mb * 2**20)
 
     @property
@@ -152,7 +151,7 @@ class DecodeOptions:
 
     @property
     def idle_decoders_bytes(self) -> int | None:
-        """``idle_decoders_mb`` in bytes; None: automatic (decode/idle_policy.py)."""
+        """``idle_decoders_mb`` in bytes; None: automatic (decode/_idle_policy.py)."""
         return None if self.idle_decoders_mb is None else int(self.idle_decoders_mb * 2**20)
 
 

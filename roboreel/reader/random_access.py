@@ -6,7 +6,7 @@ order (episodes by index, frames in order: the order of ``shuffle=False``, and o
 ``ds[i]`` is the sample ``LeRobotDataset(..., episodes=...)[i]`` returns, windows and transforms included.
 
 How: the episode holding ``i`` is found from the index's lengths (nothing read), its record comes from one ranged
-read of its shard (fetch/source.py), checksums checked, and the last few episodes are kept with their clips'
+read of its shard (fetch/_source.py), checksums checked, and the last few episodes are kept with their clips'
 decoders, so frames asked in order decode forward as the stream does; a jump costs a seek to the keyframe before
 it (at most ``gop - 1`` extra frames). Frames decode on the CPU of the calling process whatever
 ``DecodeOptions.device`` says: one frame at a time gains nothing from NVDEC. Calls from several threads take
@@ -23,10 +23,9 @@ from typing import Any
 import numpy as np
 
 from roboreel.reader.consumer import check_record
-from roboreel.reader.decode.clips import ClipDecoders, materialize
-from roboreel.reader.fetch.source import SliceReader
-from roboreel.reader.plan.epoch import Slice
-from roboreel.reader.plan.pool import EpisodeSpec, LoadedEpisode
+from roboreel.reader.decode import ClipDecoders, materialize
+from roboreel.reader.fetch import SliceReader
+from roboreel.reader.plan import EpisodeSpec, LoadedEpisode, Slice
 
 KEEP_EPISODES = 8  # episodes (records and open decoders) kept between calls
 

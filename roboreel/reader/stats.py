@@ -21,12 +21,12 @@ FIELDS = (
     "requests",
     "retries",
     "episodes_read",
-    "episodes_kept",  # episodes an epoch took from memory instead of reading them (reader/plan/episode_cache.py)
+    "episodes_kept",  # episodes an epoch took from memory instead of reading them (reader/plan/_episode_cache.py)
     "decoder_opens",
     "decoder_reuses",
     "decode_calls",
     "frames_decoded",
-    "fallback_clips",  # clips decoded on the CPU although a GPU was asked for (reader/decode/routing.py says why)
+    "fallback_clips",  # clips decoded on the CPU although a GPU was asked for (reader/decode/_routing.py says why)
     "decode_cpu_seconds",  # CPU time of roboreel.loader's decode threads (time.thread_time around each task)
 )
 _INT_FIELDS = {"samples", "bytes_read", "requests", "retries", "episodes_read", "episodes_kept", "decoder_opens",

@@ -14,11 +14,9 @@ from typing import Any
 from torch.utils.data import IterableDataset, get_worker_info
 
 from roboreel.reader.consumer import Decoding, Position
-from roboreel.reader.decode.forksafe import isolate_inherited_heap
-from roboreel.reader.decode.heap import pin_mmap_threshold
+from roboreel.reader.decode import isolate_inherited_heap, pin_mmap_threshold
 from roboreel.reader.epochs import EpochState
-from roboreel.reader.plan.epoch import World, detect_rank, detect_worker, rank_samples, worker_quotas
-from roboreel.reader.plan.requests import PendingSample
+from roboreel.reader.plan import PendingSample, World, detect_rank, detect_worker, rank_samples, worker_quotas
 
 
 class StreamCore(EpochState, IterableDataset):

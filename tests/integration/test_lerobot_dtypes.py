@@ -3,7 +3,7 @@ them, data files rolled over), compiled and read back equal to ``LeRobotDataset`
 batches included.
 
 LeRobot stores a float64 vector as float64 and a [2, 3] feature as HF ``Array2D`` (nested lists), but its samples
-are ``torch.tensor`` of the Python values: float32, int64 or bool, in the feature's shape (reader/plan/rows.py).
+are ``torch.tensor`` of the Python values: float32, int64 or bool, in the feature's shape (reader/plan/_rows.py).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from roboreel.compile.out import ShardWriter
 from roboreel.formats import manifest as mf
 from roboreel.formats import shard as sh
 from roboreel.formats.errors import CompiledFormatError
-from roboreel.reader.fetch.source import record_spans
+from roboreel.reader.fetch._source import record_spans
 from roboreel.validate import validate
 
 from .fuzz import budget, json_values

@@ -1,4 +1,4 @@
-"""Property tests of the delta-window arithmetic (reader/plan/windows.py) against a brute-force model of the sample
+"""Property tests of the delta-window arithmetic (reader/plan/_windows.py) against a brute-force model of the sample
 contract (``LeRobotDataset.__getitem__``'s, docs/reader.md), over random fps, deltas and episode bounds, and end to end on a compiled
 dataset: every window the reader serves is the one the model predicts, by pixel code and exact values."""
 
@@ -13,7 +13,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from roboreel.reader import CompiledDataset
-from roboreel.reader.plan.windows import delta_offsets, window
+from roboreel.reader.plan._windows import delta_offsets, window
 from roboreel.synth import read
 from roboreel.synth.content import action_row
 

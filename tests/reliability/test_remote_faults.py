@@ -105,7 +105,7 @@ def run_faulty(compiled, reference, mix: str, rate: float, seed: int, *, retries
 
 def planned_frames(compiled: Path, episode: int, num_workers: int = 2) -> list[set[int]]:
     """The frames of ``episode`` each DataLoader worker of ``epoch`` was to serve: an episode may be cut between
-    consumers (``Slice.ranges``, plan/epoch.py), so the one a worker lost can still be served in part. Planned on
+    consumers (``Slice.ranges``, plan/_epoch.py), so the one a worker lost can still be served in part. Planned on
     the local copy (the server is gone): the plan depends on the manifest and epoch()'s seed only."""
     ds = CompiledDataset(str(compiled), seed=SEED)
     out = []

@@ -6,7 +6,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from roboreel.reader import CompiledDataset, DecodeOptions
-from roboreel.reader.plan.epoch import World
+from roboreel.reader.plan._epoch import World
 
 CAMERAS = ["observation.images.top", "observation.images.wrist"]
 WINDOWS = {"action": [-0.1, 0.0, 0.2], "observation.images.top": [-0.05, 0.0, 0.1]}

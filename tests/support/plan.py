@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from roboreel.formats.manifest import Manifest
-from roboreel.reader.plan.epoch import Slice, epoch_order, selection, shard_slice
+from roboreel.reader.plan._epoch import Slice, epoch_order, selection, shard_slice
 
 
 def epoch_slices(manifest: Manifest, *, seed: int, epoch: int, shuffle: bool,

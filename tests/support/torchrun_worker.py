@@ -49,7 +49,7 @@ def step() -> int:
 
 
 def world_of(ds: Any) -> dict[str, Any]:
-    w = ds._world()  # what the dataset resolved (roboreel/reader/plan/epoch.py detect_rank)
+    w = ds._world()  # what the dataset resolved (roboreel/reader/plan/_epoch.py detect_rank)
     return {"rank": w.rank, "world_size": w.world_size, "given_rank": ds.rank, "given_world_size": ds.world_size,
             "len": len(ds), "rank_samples": ds.rank_samples(), "dropped": ds.dropped_samples(),
             "num_frames": ds.num_frames}

@@ -4,7 +4,7 @@ What a depth frame is, is what LeRobot decodes from it: ``to_ndarray(format="gra
 Two paths, both proven on every frame against exactly that:
 - stream copy: an HEVC source span (LeRobot writes lossless HEVC ``gray12le``, g=2) that is closed, starts on a
   keyframe and has no keyframe interval over ``remux_max_gop``; the reader decodes depth with PyAV on the CPU
-  (reader/decode/depth.py), which decodes anything FFmpeg does, so the codec rule is only what the compiled
+  (reader/decode/_depth.py), which decodes anything FFmpeg does, so the codec rule is only what the compiled
   format promises (HEVC);
 - lossless re-encode: every other source (AV1, H.264, long GOPs, other gray formats) is converted to
   ``gray12le`` as LeRobot's reader converts it, and encoded by x265 with ``lossless=1`` (HEVC Main 12 4:0:0).

@@ -29,7 +29,7 @@ from roboreel.reader.dataset import CompiledDataset
 from roboreel.reader.meta import DatasetMeta
 from roboreel.reader.mixture import MixtureDataset
 from roboreel.reader.options import DecodeOptions
-from roboreel.reader.plan.epoch import detect_rank
+from roboreel.reader.plan import detect_rank
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ spends as much as decoding them, and CUDA cannot be used in forked workers at al
   collate tabular values (``CompiledDataset.iter_pending`` + ``deferred.collate_pending``). What crosses to this
   process is small: a clip's compressed bytes once, then frame requests.
 - This process runs the decode stage (_stage.py) on a background thread: it feeds a pool of decode threads
-  (decode/stage.py; default one per available core; torchcodec releases the GIL) that write frames straight into
+  (decode/_stage.py; default one per available core; torchcodec releases the GIL) that write frames straight into
   one preallocated uint8 tensor per camera and batch (pinned when the batch goes to CUDA), and finishes batches in the
   DataLoader's order: moved to the device as uint8, divided by 255 there unless ``return_uint8``.
 
@@ -33,20 +33,21 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from roboreel.reader.dataset import CompiledDataset
-from roboreel.reader.decode.buffers import BufferPool
-from roboreel.reader.decode.deferred import collate_pending
-from roboreel.reader.decode.gpu import DEFAULT_MAX_GPU_DECODERS
-from roboreel.reader.decode.heap import (
+from roboreel.reader.decode import (
     DECODE_MMAP_THRESHOLD_BYTES,
     DECODE_TRIM_THRESHOLD_BYTES,
+    DEFAULT_MAX_GPU_DECODERS,
+    BufferPool,
+    collate_pending,
+    default_decode_threads,
+    default_inflight_batches,
     pin_mmap_threshold,
 )
-from roboreel.reader.decode.stage import default_decode_threads, default_inflight_batches
-from roboreel.reader.fetch.prefetch import Prefetcher
+from roboreel.reader.fetch import Prefetcher
 from roboreel.reader.loader._stage import DecodeStage
 from roboreel.reader.mixture import MixtureDataset
 from roboreel.reader.order import OrderMeter
-from roboreel.reader.plan.resume import worker_batches
+from roboreel.reader.plan import worker_batches
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class DeviceLoader:
             skips the deinterleave into [C, H, W] memory (~0.04 ms of a 480x640 frame with OpenCV, ~0.25 ms
             without it). Off by default: code that calls ``.view()`` on a frame needs contiguous memory.
         mix_workers: every batch takes ``batch_size / num_workers`` samples from each worker's pool, so it mixes
-            the episodes of all workers, not of one (decode/mixing.py): the DataLoader batches that many and
+            the episodes of all workers, not of one (decode/_mixing.py): the DataLoader batches that many and
             ``num_workers`` consecutive batches are merged before decoding. None (default): wherever it can
             (``num_workers > 1``, ``batch_size`` divisible by it, no ``drop_last``); True: required (ValueError
             where it cannot); False: batches as ``DataLoader(dataset, batch_size=...)`` makes them, one worker's
@@ -276,7 +277,7 @@ class DeviceLoader:
 
 
 def _mix(mix_workers: bool | None, batch_size: int, num_workers: int, drop_last: bool) -> int:
-    """DataLoader batches merged into one (decode/mixing.py): ``num_workers`` where ``mix_workers`` allows and the
+    """DataLoader batches merged into one (decode/_mixing.py): ``num_workers`` where ``mix_workers`` allows and the
     batch divides among the workers, else 1."""
     if mix_workers is not None and not isinstance(mix_workers, bool):
         raise ValueError(f"mix_workers must be None, True or False, got {mix_workers!r}")

@@ -1,7 +1,7 @@
 """The decode stage of ``roboreel.loader`` (_loader.py): what runs on its background thread.
 
 It takes the DataLoader's collated *pending* batches (compressed clips and frame requests, ``deferred.py``), feeds
-them to the pool of decode threads (decode/stage.py), and finishes each decoded batch into what the training loop
+them to the pool of decode threads (decode/_stage.py), and finishes each decoded batch into what the training loop
 receives (``finish_batch``): on the device, uint8 or float32, transformed, in the DataLoader's order. _loader.py
 keeps the public side (arguments, iteration, epochs, resume state, stats); this module only the data path, so the
 two read apart.
@@ -18,16 +18,23 @@ from typing import Any, Protocol
 
 import torch
 
-from roboreel.reader.decode.buffers import BufferPool
-from roboreel.reader.decode.deferred import PendingBatch
-from roboreel.reader.decode.gpu import DeviceDecoders
-from roboreel.reader.decode.heap import DECODE_CALL_BYTES, trim_heap
-from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, finish_images
-from roboreel.reader.decode.mixing import grouped
-from roboreel.reader.decode.routing import Router
-from roboreel.reader.decode.runs import RunBudget
-from roboreel.reader.decode.stage import BatchJob, BatchLayout, DecodePool
-from roboreel.reader.decode.unit import unit_float
+from roboreel.reader.decode import (
+    DECODE_CALL_BYTES,
+    NO_IMAGE_CLIPS,
+    BatchJob,
+    BatchLayout,
+    BufferPool,
+    DecodePool,
+    DeviceDecoders,
+    ImageClips,
+    PendingBatch,
+    Router,
+    RunBudget,
+    finish_images,
+    grouped,
+    trim_heap,
+    unit_float,
+)
 from roboreel.reader.order import OrderMeter, order_keys
 from roboreel.reader.stats import Flusher
 
@@ -45,7 +52,7 @@ class StageOwner(Protocol):
     _totals: dict[str, Any]
     _routes: dict[str, Any]
     _order: OrderMeter
-    mix: int  # consecutive DataLoader batches merged into one (decode/mixing.py); 1: none
+    mix: int  # consecutive DataLoader batches merged into one (decode/_mixing.py); 1: none
 
 
 class DecodeStage:
@@ -154,9 +161,9 @@ def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
     """The collated batch of a decoded job, on ``device``: the CPU path's keys, order, shapes, dtypes and values.
 
     uint8 is the wire format: the pixels cross to the device as uint8 and become float32 there, in one
-    ``x / 255`` (the CPU path's correctly rounded arithmetic on every device: decode/unit.py), which also makes channels-last
+    ``x / 255`` (the CPU path's correctly rounded arithmetic on every device: decode/_unit.py), which also makes channels-last
     staged frames contiguous [.., C, H, W] (``channels_last``: the division keeps their memory order instead).
-    ``depth`` cameras arrive as float32 maps in their unit (decode/depth.py): moved, never divided or transformed.
+    ``depth`` cameras arrive as float32 maps in their unit (decode/_depth.py): moved, never divided or transformed.
     ``image_clips``: image features compiled as clips, as LeRobot returns them (float32, in their place)."""
     pending = job.pending
     out: dict[str, Any] = {}
@@ -167,7 +174,7 @@ def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
         if (not return_uint8 or cam in image_clips) and x.dtype == torch.uint8:
             y = (torch.empty_like(x, dtype=torch.float32) if channels_last  # same strides: channels last
                  else torch.empty(x.shape, dtype=torch.float32, device=x.device))
-            x = unit_float(x, out=y)  # uint8 -> float32 / 255, one pass, where the batch lands (decode/unit.py)
+            x = unit_float(x, out=y)  # uint8 -> float32 / 255, one pass, where the batch lands (decode/_unit.py)
         elif job.channels_last and not channels_last:
             x = x.contiguous()
         if plan.stacked:

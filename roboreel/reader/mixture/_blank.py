@@ -1,6 +1,6 @@
 """The frames of a camera a mixture member lacks: one black frame, encoded losslessly, decoded like any clip.
 
-Why a clip and not a zero tensor made on the spot: a sample's cameras travel as frame requests (decode/requests.py)
+Why a clip and not a zero tensor made on the spot: a sample's cameras travel as frame requests (plan/_requests.py)
 and are decoded where the batch is decoded, a DataLoader worker or ``roboreel.loader``'s decode stage in the
 training process. A missing camera that is a request like the others goes through both unchanged: same dtype
 (uint8 or float32), same shape, window stacking, ``image_transforms``, batch tensors and GPU staging, with no
@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from roboreel.reader.plan.requests import EpisodeClip, FrameRequest
+from roboreel.reader.plan import EpisodeClip, FrameRequest
 
 BLANK_SHARD = "<missing camera>"
 

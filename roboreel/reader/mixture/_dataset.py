@@ -29,8 +29,7 @@ import numpy as np
 
 from roboreel.formats.merge import MixtureMismatch, merge_tasks
 from roboreel.reader.consumer import MemberStream, run_members
-from roboreel.reader.decode.idle_policy import IdlePolicy
-from roboreel.reader.decode.images import ImageClips
+from roboreel.reader.decode import IdlePolicy, ImageClips
 from roboreel.reader.mixture._blank import blank_clip
 from roboreel.reader.mixture._canonical import canonical as canonical_features
 from roboreel.reader.mixture._meta import MixtureMeta
@@ -44,13 +43,7 @@ from roboreel.reader.mixture._samples import (
 )
 from roboreel.reader.mixture._windows import member_windows
 from roboreel.reader.order import near_offsets
-from roboreel.reader.plan.epoch import (
-    World,
-    stream_arrays,
-)
-from roboreel.reader.plan.pool import ScheduleKey
-from roboreel.reader.plan.requests import PendingSample
-from roboreel.reader.plan.shuffled import make_schedule
+from roboreel.reader.plan import PendingSample, ScheduleKey, World, make_schedule, stream_arrays
 from roboreel.reader.stats import SharedCounters
 from roboreel.reader.stream import StreamCore
 
@@ -159,7 +152,7 @@ class MixtureDataset(StreamCore):
         self.camera_keys = list(canon.cameras)
         self.image_clips = ImageClips.of(canon.features, self.camera_keys)
         self.tabular_keys = [k for k in self.features if k not in canon.cameras]
-        # depth cameras decode through their quantiser, per camera key: members must agree on it (decode/depth.py)
+        # depth cameras decode through their quantiser, per camera key: members must agree on it (decode/_depth.py)
         self.depth = {}
         held = [(m, cm) for m, cm in zip(self.members, canon.members, strict=True)]
         for k in self.camera_keys:

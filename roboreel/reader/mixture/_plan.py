@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from roboreel.formats.manifest import Manifest
-from roboreel.reader.plan.epoch import Selection, Slice, SplitOptions, World, consumer_range, take
+from roboreel.reader.plan import Selection, Slice, SplitOptions, World, consumer_range, take
 
 TAG_MIX_DRAWS = 0x313C
 TAG_MIX_PASS = 0x3A55

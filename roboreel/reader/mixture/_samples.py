@@ -3,7 +3,7 @@
 Applied to each *pending* sample as the mixture draws it (before decode), so the one pass serves both readers:
 ``iter(dataset)`` decodes the renamed requests, and ``roboreel.loader`` ships them. A camera's clip is renamed too
 (a copy of the episode's ``EpisodeClip`` under the canonical camera, shared by every request of its episode while it
-is pooled; the episode's own clips stay as made, since a kept episode serves the next epoch: plan/episode_cache.py):
+is pooled; the episode's own clips stay as made, since a kept episode serves the next epoch: plan/_episode_cache.py):
 decoders, the frames kept of a window, depth and the loader's camera specs then all speak canonical keys. Values a
 member has are passed through untouched except for the zero-padding at the end of a 1-D feature (and the
 normalisation, when asked for). A missing camera is a
@@ -22,7 +22,7 @@ from roboreel.formats.manifest import CameraSpec, Manifest
 from roboreel.reader.mixture._blank import blank_request
 from roboreel.reader.mixture._canonical import Canonical
 from roboreel.reader.mixture._normalize import Normalizer
-from roboreel.reader.plan.requests import EpisodeClip, PendingSample
+from roboreel.reader.plan import EpisodeClip, PendingSample
 
 _PAD = "_is_pad"
 

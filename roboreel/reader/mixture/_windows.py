@@ -16,8 +16,7 @@ import numpy as np
 
 from roboreel.formats.merge import MixtureMismatch
 from roboreel.reader.mixture._canonical import Canonical
-from roboreel.reader.plan.frames import frame_offsets
-from roboreel.reader.plan.windows import delta_offsets
+from roboreel.reader.plan import delta_offsets, frame_offsets
 
 
 def member_windows(canon: Canonical, fps: Sequence[int], *, delta_timestamps: Mapping[str, Sequence[float]] | None,

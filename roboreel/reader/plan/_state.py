@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from roboreel.reader.plan.epoch import World
-from roboreel.reader.plan.resume import loader_position
+from roboreel.reader.plan._epoch import World
+from roboreel.reader.plan._resume import loader_position
 
 STATE_FORMAT = "roboreel.reader.state"
 STATE_VERSION = 2  # 2: frame-quota split (plan.py); version-1 states split differently

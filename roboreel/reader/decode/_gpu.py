@@ -23,12 +23,12 @@ import torch
 
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
-from roboreel.reader.decode.clips import ClipDecoders
-from roboreel.reader.decode.counters import DecodeStats
-from roboreel.reader.decode.decoder_cache import IdleDecoders
-from roboreel.reader.decode.routing import Router
-from roboreel.reader.decode.runs import RunBudget
-from roboreel.reader.plan.requests import EpisodeClip
+from roboreel.reader.decode._clips import ClipDecoders
+from roboreel.reader.decode._counters import DecodeStats
+from roboreel.reader.decode._decoder_cache import IdleDecoders
+from roboreel.reader.decode._routing import Router
+from roboreel.reader.decode._runs import RunBudget
+from roboreel.reader.plan import EpisodeClip
 
 DEFAULT_MAX_GPU_DECODERS = 256
 

@@ -26,14 +26,14 @@ from torchcodec.decoders import VideoDecoder  # loaded once in the parent, so fo
 
 from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
-from roboreel.reader.decode.counters import SEEK_MODES, DecodeStats, SeekMode
-from roboreel.reader.decode.decoder_cache import IdleDecoders
-from roboreel.reader.decode.depth import DepthDecoder, code_table
-from roboreel.reader.decode.heap import in_side_arena
-from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, decoded_images, finish_images
-from roboreel.reader.decode.runs import DEFAULT_RUN_CACHE_BYTES, DecodedRun, RunBudget, run_ahead
-from roboreel.reader.decode.unit import unit_float
-from roboreel.reader.plan.requests import EpisodeClip, PendingSample
+from roboreel.reader.decode._counters import SEEK_MODES, DecodeStats, SeekMode
+from roboreel.reader.decode._decoder_cache import IdleDecoders
+from roboreel.reader.decode._depth import DepthDecoder, code_table
+from roboreel.reader.decode._heap import in_side_arena
+from roboreel.reader.decode._images import NO_IMAGE_CLIPS, ImageClips, decoded_images, finish_images
+from roboreel.reader.decode._runs import DEFAULT_RUN_CACHE_BYTES, DecodedRun, RunBudget, run_ahead
+from roboreel.reader.decode._unit import unit_float
+from roboreel.reader.plan import EpisodeClip, PendingSample
 
 
 @dataclass
@@ -308,7 +308,7 @@ def materialize(
     image_clips: ImageClips = NO_IMAGE_CLIPS,
 ) -> list[dict[str, Any]]:
     """Decode ``batch`` (one sorted call per clip, none when its run is cached) and return the sample dicts,
-    cameras first (LeRobot's order; ``image_clips``: image features as LeRobot returns them, decode/images.py)."""
+    cameras first (LeRobot's order; ``image_clips``: image features as LeRobot returns them, decode/_images.py)."""
     wanted: dict[tuple, tuple[EpisodeClip, dict[int, float], dict[int, int], dict[int, int]]] = {}
     for p in batch:
         for req in p.video.values():

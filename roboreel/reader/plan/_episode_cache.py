@@ -11,7 +11,7 @@ made, so two epochs, or two iterations, may share it. Its key holds everything t
 consumer's feature keys, windows and images, the shard, the episode and its clip stream), so a dataset that reads
 with other settings (a mixture's member, a world with other workers) never gets an episode made for another.
 
-The bound is per process, like the idle decoders' (decode/idle_policy.py): a DataLoader worker keeps what it
+The bound is per process, like the idle decoders' (decode/_idle_policy.py): a DataLoader worker keeps what it
 reads, and with shards dealt afresh each epoch every worker ends up holding the whole dataset. Episodes past the
 budget are read every epoch, as without the cache. A dataset updated on disk after a process kept its episodes is
 read as it was opened: the files of a published version are never rewritten (docs/incremental.md), so a kept
@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Hashable
 
-from roboreel.reader.plan.pool import LoadedEpisode
+from roboreel.reader.plan._pool import LoadedEpisode
 
 AUTO_KEEP_BYTES = 64 << 20  # automatic: kept when every selected shard together is at most this
 

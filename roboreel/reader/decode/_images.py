@@ -28,8 +28,8 @@ import torch
 
 from roboreel.formats.depth import MM_PER_METRE
 from roboreel.formats.images import ImageDecodeError, image_pixels
-from roboreel.reader.decode.unit import unit_float
-from roboreel.reader.plan.requests import ImageRequest
+from roboreel.reader.decode._unit import unit_float
+from roboreel.reader.plan import ImageRequest
 
 _MM_PER_METRE = np.float32(MM_PER_METRE)  # float32 x float32: the product LeRobot's float32 tensors give
 

@@ -28,8 +28,8 @@ import numpy as np
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.shard import EpisodeRecord
 from roboreel.formats.table_features import image_bytes, image_problem
-from roboreel.reader.plan.epoch import TAG_FRAMES, TAG_POOL, Slice
-from roboreel.reader.plan.requests import (
+from roboreel.reader.plan._epoch import TAG_FRAMES, TAG_POOL, Slice
+from roboreel.reader.plan._requests import (
     MAX_LANES,
     EpisodeClip,
     FrameRequest,
@@ -38,11 +38,11 @@ from roboreel.reader.plan.requests import (
     Rows,
     window_lanes,
 )
-from roboreel.reader.plan.rows import column_array
-from roboreel.reader.plan.windows import window
+from roboreel.reader.plan._rows import column_array
+from roboreel.reader.plan._windows import window
 
 FrameOrder = Literal["shuffled", "segments", "random"]
-FRAME_ORDERS = ("shuffled", "segments", "random")  # "shuffled": plan/shuffled.py
+FRAME_ORDERS = ("shuffled", "segments", "random")  # "shuffled": plan/_shuffled.py
 _DRAWS = 4096
 
 
@@ -269,7 +269,7 @@ class LoadedEpisode:
         with the rest of its batch (``PendingSample.rows``, ``gather``), where every column gathers in one
         indexing; an episode with image features (requested per sample) or a windowed non-numeric column gathers
         them now (``values``). ``run_end``: see ``PoolSchedule.run_end``; passed on to cameras without a window
-        (decode.ClipDecoders). ``lane``: the schedule's run lane (plan/shuffled.py): a run's frames decode on
+        (decode.ClipDecoders). ``lane``: the schedule's run lane (plan/_shuffled.py): a run's frames decode on
         decoders of their own, ``MAX_LANES`` per run for a windowed camera."""
         video: dict[str, FrameRequest] = {}
         pads: dict[str, np.ndarray] = {}  # the windowed cameras' padding masks, handed to ``values``

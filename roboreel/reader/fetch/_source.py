@@ -33,7 +33,7 @@ from roboreel.formats.manifest import EpisodeEntry, Manifest, MemberInfo
 from roboreel.formats.published import replaced
 from roboreel.formats.shard import EpisodeRecord, split_member
 from roboreel.formats.transient import Retry, Truncated, describe, http_defaults, is_transient
-from roboreel.reader.plan.epoch import Slice
+from roboreel.reader.plan import Slice
 
 logger = logging.getLogger(__name__)
 

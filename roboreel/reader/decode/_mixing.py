@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from roboreel.reader.decode.deferred import CameraPlan, PendingBatch
+from roboreel.reader.decode._deferred import CameraPlan, PendingBatch
 
 
 def grouped(batches: Iterable[PendingBatch], k: int) -> Iterator[PendingBatch]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from roboreel.reader.plan.pool import _DRAWS, PoolSchedule
+from roboreel.reader.plan._pool import _DRAWS, PoolSchedule
 
 MAX_RUNS = 8  # runs (decoder lanes) one episode keeps open at most
 DEFAULT_SPREAD = 32  # picks without a near-duplicate when the consumer's batch share is not known

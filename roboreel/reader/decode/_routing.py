@@ -143,7 +143,7 @@ class Router:
         self._warned: set[tuple[str, str | None]] = set()
         self.clips: Counter[str] = Counter()  # clips routed, by device ("cpu" / "cuda:N")
         self.fallbacks: Counter[str] = Counter()  # fallback clips, by kind
-        self._lock = threading.RLock()  # the decode pool's threads route clips concurrently (reader/decode/stage.py)
+        self._lock = threading.RLock()  # the decode pool's threads route clips concurrently (reader/decode/_stage.py)
 
     def device_for(self, key: tuple, camera: str) -> str:
         """The device that decodes clip ``key`` (shard, episode, camera) of ``camera``."""

@@ -33,9 +33,9 @@ from torch.utils.data import default_collate
 
 from roboreel.formats.errors import FrameTimestampError
 from roboreel.formats.table_features import LANGUAGE_COLUMNS
-from roboreel.reader.decode.images import NO_IMAGE_CLIPS, ImageClips, decoded_images, finish_images
-from roboreel.reader.decode.unit import unit_float
-from roboreel.reader.plan.requests import EpisodeClip, PendingSample, Rows
+from roboreel.reader.decode._images import NO_IMAGE_CLIPS, ImageClips, decoded_images, finish_images
+from roboreel.reader.decode._unit import unit_float
+from roboreel.reader.plan import EpisodeClip, PendingSample, Rows
 
 ClipKey = tuple[str, int, str, int]  # EpisodeClip.key: shard, episode, camera, stream
 
@@ -293,7 +293,7 @@ def assemble(
     image_clips: ImageClips = NO_IMAGE_CLIPS,
 ) -> dict[str, Any]:
     """Decode ``batch`` with ``decoders`` (ClipDecoders or DeviceDecoders) into the collated batch on ``device``;
-    ``image_clips``: image features as LeRobot returns them (decode/images.py)."""
+    ``image_clips``: image features as LeRobot returns them (decode/_images.py)."""
     device = torch.device(device)
     store.admit(batch.clips)
     decoded: dict[ClipKey, dict[int, torch.Tensor]] = {}

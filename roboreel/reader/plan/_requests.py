@@ -1,7 +1,7 @@
 """What plan hands decode: a ``PendingSample`` (tabular values + per camera a ``FrameRequest`` naming frames of
 a compressed ``EpisodeClip``; an image feature's encoded images as an ``ImageRequest``).
 
-The plan room (reader/plan/pool.py) builds these and the decode room consumes them: decode imports this module,
+The plan room (reader/plan/_pool.py) builds these and the decode room consumes them: decode imports this module,
 plan imports nothing of decode, so a sample crosses from plan to decode once, one way. The values a sample has not
 gathered yet (``Rows``) come from a ``RowSource``, plan's pooled episode: reading them is plan's arithmetic over
 its rows (windows, padding, tasks), no decoding.
@@ -20,7 +20,7 @@ import numpy as np
 class EpisodeClip:
     """One camera's compressed clip of one episode: ``key`` identifies it for decoder reuse. ``stream`` tells
     apart the copies of one clip that two consumers (DataLoader workers) hold when the split cut its episode
-    between them: each releases its own (reader/plan/epoch.py)."""
+    between them: each releases its own (reader/plan/_epoch.py)."""
 
     shard: str
     episode: int
@@ -95,11 +95,11 @@ class PendingSample:
     episode: int
     frame: int  # frame within the episode
     # every non-camera key in final order: numpy arrays (tabular, ``*_is_pad``), ``task``, image features as
-    # ``ImageRequest`` (decoded by decode/images.py); None while ``rows`` holds them ungathered (``sample_values``)
+    # ``ImageRequest`` (decoded by decode/_images.py); None while ``rows`` holds them ungathered (``sample_values``)
     values: dict[str, Any] | None
     video: dict[str, FrameRequest]  # camera key -> request, in camera order
     release: tuple[EpisodeClip, ...] = ()  # clips no later sample needs (their episode left the pool)
-    # image features among ``values`` (decode/images.py decodes and finishes them) -> whether image_transforms apply
+    # image features among ``values`` (decode/_images.py decodes and finishes them) -> whether image_transforms apply
     images: Mapping[str, bool] = field(default_factory=dict)
     rows: Rows | None = None
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from roboreel.formats.manifest import Manifest
 from roboreel.formats.shard import clip_member
-from roboreel.reader.decode.decoder_cache import IdleDecoders, decoder_bytes, process_cache
-from roboreel.reader.plan.requests import window_lanes
+from roboreel.reader.decode._decoder_cache import IdleDecoders, decoder_bytes, process_cache
+from roboreel.reader.plan import window_lanes
 
 AUTO_BUDGET_BYTES = 256 << 20
 
@@ -34,7 +34,7 @@ AUTO_BUDGET_BYTES = 256 << 20
 def camera_lanes(windows: Mapping[str, Sequence[float]], camera_keys: Sequence[str], *,
                  runs: int = 1) -> dict[str, int]:
     """Decoders per clip of each camera: the lanes ``decode.window_lanes`` gives its window (one without one), for
-    each of the ``runs`` a pooled episode may keep open at once (plan/shuffled.py)."""
+    each of the ``runs`` a pooled episode may keep open at once (plan/_shuffled.py)."""
     return {k: runs * (int(window_lanes(len(windows[k])).max()) + 1 if k in windows else 1) for k in camera_keys}
 
 

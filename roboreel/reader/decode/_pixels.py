@@ -45,7 +45,7 @@ def _scratch(shape: tuple[int, ...]) -> np.ndarray:
 
 def unit_frame(src: np.ndarray, dst: np.ndarray) -> None:
     """``dst[...] = src / 255`` into a float32 slot: the correctly rounded float32 quotient, the bits of torch's
-    ``x / 255.0`` (decode/unit.py). A strided uint8 view is first deinterleaved into this thread's scratch
+    ``x / 255.0`` (decode/_unit.py). A strided uint8 view is first deinterleaved into this thread's scratch
     (``copy_frame``), then widened into the slot and divided there in place, so every pass reads and writes
     contiguous memory: dividing the strided view straight into the slot took ~2x as long (2026-11-28, this
     repository's 2-core x86_64 host: 0.17 against 0.08 ms per 224x224 frame, 1.0 against 0.5 ms at 480x640)."""

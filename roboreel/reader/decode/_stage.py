@@ -39,11 +39,11 @@ import torch
 
 from roboreel.formats.errors import CompiledFormatError, FrameTimestampError
 from roboreel.formats.manifest import CameraSpec
-from roboreel.reader.decode.buffers import BufferPool
-from roboreel.reader.decode.counters import DecodeStats
-from roboreel.reader.decode.deferred import ClipKey, ClipStore, PendingBatch
-from roboreel.reader.decode.pixels import copy_frame, unit_frame
-from roboreel.reader.plan.requests import EpisodeClip
+from roboreel.reader.decode._buffers import BufferPool
+from roboreel.reader.decode._counters import DecodeStats
+from roboreel.reader.decode._deferred import ClipKey, ClipStore, PendingBatch
+from roboreel.reader.decode._pixels import copy_frame, unit_frame
+from roboreel.reader.plan import EpisodeClip
 
 _STAT_FIELDS = ("decode_seconds", "decoder_opens", "decoder_reuses", "decode_calls", "frames_decoded")
 
