@@ -60,14 +60,10 @@ def main() -> int:
         DECODE_TRIM_THRESHOLD_BYTES,
         pin_mmap_threshold,
     )
+    from roboreel.reader.decode._layout import BatchLayout
     from roboreel.reader.decode._routing import Router
     from roboreel.reader.decode._runs import RunBudget
-    from roboreel.reader.decode._stage import (
-        BatchLayout,
-        DecodePool,
-        default_decode_threads,
-        default_inflight_batches,
-    )
+    from roboreel.reader.decode._stage import DecodePool, default_decode_threads, default_inflight_batches
     from roboreel.reader.loader._loader import _PendingStream
 
     pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES, DECODE_TRIM_THRESHOLD_BYTES)  # as roboreel.loader's process

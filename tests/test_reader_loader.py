@@ -25,9 +25,10 @@ from roboreel.reader import CompiledDataset
 from roboreel.reader.decode._deferred import collate_pending
 from roboreel.reader.decode._gpu import DeviceDecoders
 from roboreel.reader.decode._heap import DECODE_CALL_BYTES
+from roboreel.reader.decode._layout import BatchLayout
 from roboreel.reader.decode._routing import Router
 from roboreel.reader.decode._runs import RunBudget
-from roboreel.reader.decode._stage import BatchLayout, DecodePool, default_decode_threads
+from roboreel.reader.decode._stage import DecodePool, default_decode_threads
 from roboreel.reader.loader._loader import DeviceLoader, _PendingStream
 from roboreel.reader.loader._stage import finish_batch
 

@@ -3,7 +3,8 @@
 - ``_counters``: ``DecodeStats`` (every decoder's counters) and the seek modes.
 - ``_clips``: ``ClipDecoders`` and ``materialize``: decode in the consumer (the DataLoader worker).
 - ``_deferred``: workers ship compressed pending samples; the main process collates them into a ``PendingBatch``.
-- ``_stage`` / ``_buffers``: ``roboreel.loader``'s decode threads writing into reused uint8 batch buffers.
+- ``_stage`` / ``_layout`` / ``_buffers``: ``roboreel.loader``'s decode threads writing into reused uint8 batch
+  buffers laid out as ``BatchLayout`` says.
 - ``_gpu`` / ``_routing``: NVDEC decoders and the per-clip CPU fallback.
 - ``_runs``: decoded GOP runs waiting for their samples, under one byte budget.
 - ``_decoder_cache`` / ``_idle_policy``: decoders kept open across epochs, and when.
@@ -30,12 +31,12 @@ from roboreel.reader.decode._heap import (
 )
 from roboreel.reader.decode._idle_policy import IdlePolicy, camera_lanes, idle_bytes_needed
 from roboreel.reader.decode._images import NO_IMAGE_CLIPS, ImageClips, finish_images
+from roboreel.reader.decode._layout import BatchLayout
 from roboreel.reader.decode._mixing import grouped
 from roboreel.reader.decode._routing import DecodeFallback, Router, resolve_decode_device
 from roboreel.reader.decode._runs import DEFAULT_GPU_RUN_CACHE_BYTES, DEFAULT_RUN_CACHE_BYTES, RunBudget
 from roboreel.reader.decode._stage import (
     BatchJob,
-    BatchLayout,
     DecodePool,
     default_decode_threads,
     default_inflight_batches,
