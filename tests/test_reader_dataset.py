@@ -181,8 +181,10 @@ def test_arguments_are_checked(medium, tmp_path):
         CompiledDataset(str(compiled), episodes=[1, 999])
     with pytest.raises(ValueError, match="'actions' is not a feature"):
         CompiledDataset(str(compiled), delta_timestamps={"actions": [0.0]})
-    with pytest.raises(ValueError, match="frame_order"):
-        DecodeOptions(frame_order="gop")
+    with pytest.raises(ValueError, match="frame_order must be one of"):
+        CompiledDataset(str(compiled), frame_order="gop")
+    with pytest.raises(ValueError, match="spread must be a positive integer or None, got 0"):
+        CompiledDataset(str(compiled), spread=0)
     with pytest.raises(ValueError, match="DecodeOptions.cache_mb must be a number >= 0, got -1"):
         DecodeOptions(cache_mb=-1)
     with pytest.raises(CompiledFormatError, match="no manifest"):

@@ -179,9 +179,9 @@ def test_automatic_mode_parks_from_the_second_epoch_exactly_what_it_estimated(sm
     is every clip x lane, and its bytes by the cache's own accounting are the policy's estimate."""
     # one run per episode at a time (frame_order="segments"): a clip's lanes are its window's alone
     ds = CompiledDataset(str(small_compiled), delta_timestamps=WINDOWS, episode_pool_size=2,
-                         decode=DecodeOptions(frame_order="segments"))
+                         frame_order="segments")
     ref = CompiledDataset(str(small_compiled), delta_timestamps=WINDOWS, episode_pool_size=2,
-                          decode=DecodeOptions(idle_decoders_mb=0, frame_order="segments"))
+                          decode=DecodeOptions(idle_decoders_mb=0), frame_order="segments")
     assert ds.decode_options.idle_decoders_bytes is None and ds.decode_options.idle_decoders_mb is None
     want, want_opens = _epochs(ref, 3)
     got, opens = _epochs(ds, 3)
@@ -200,7 +200,7 @@ def test_automatic_mode_parks_from_the_second_epoch_exactly_what_it_estimated(sm
 def test_a_dataset_above_the_automatic_budget_gets_no_cache(small_compiled):
     """A dataset whose clips x lanes do not all fit the budget parks none (a fraction would slow the creep in
     proportion only, at full price): it opens every clip every epoch. At exactly the budget it fits."""
-    ds = CompiledDataset(str(small_compiled), decode=DecodeOptions(frame_order="segments"))  # one lane a clip
+    ds = CompiledDataset(str(small_compiled), frame_order="segments")  # one lane a clip
     need = ds.idle_policy.need()
     clips = len(ds.manifest.episodes) * len(ds.camera_keys)
     shuffled = CompiledDataset(str(small_compiled)).idle_policy.need()  # the default order: up to MAX_RUNS lanes

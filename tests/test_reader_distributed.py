@@ -10,7 +10,7 @@ import pytest
 import torch
 from support.datasets import batch_indices, compiled_pair
 
-from roboreel.reader import CompiledDataset, DecodeOptions
+from roboreel.reader import CompiledDataset
 from roboreel.reader.plan._epoch import World
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -162,7 +162,7 @@ def test_batches_mix_episodes(tmp_path_factory):
 
 def test_stats_aggregate_across_workers(eight_shards):
     # frame_order="segments": one decoder a clip (the default opens one per run lane: plan/_shuffled.py)
-    ds = CompiledDataset(str(eight_shards), episode_pool_size=2, decode=DecodeOptions(frame_order="segments"))
+    ds = CompiledDataset(str(eight_shards), episode_pool_size=2, frame_order="segments")
     m = ds.manifest
     n = len([i for b in torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2) for i in batch_indices(b)])
     st = ds.stats()

@@ -164,10 +164,9 @@ def test_each_clip_is_opened_once_per_lane_and_released(compiled, order):
     """Decoders are reused per clip and lane across batches: a clip's lane is opened exactly once per worker
     stream, however many batches read it, and closed when its episode leaves the pool. ``segments`` reads a clip
     on lane 0 only; the default order opens one lane per GOP run it keeps open (the plan names them)."""
-    decode = roboreel.DecodeOptions(frame_order=order)
     lanes = {(p.episode, cam, int(req.lanes[0]) if req.lanes is not None else 0)
-             for p in _make(compiled, decode=decode)().iter_pending() for cam, req in p.video.items()}
-    dl = roboreel.loader(_make(compiled, decode=decode)(), batch_size=3, decode_threads=4, inflight_batches=4)
+             for p in _make(compiled, frame_order=order)().iter_pending() for cam, req in p.video.items()}
+    dl = roboreel.loader(_make(compiled, frame_order=order)(), batch_size=3, decode_threads=4, inflight_batches=4)
     batches = list(dl)
     clips = {(int(e), cam) for b in batches for e in b["episode_index"] for cam in CAMERAS}
     st = dl.stats()
@@ -207,7 +206,7 @@ def test_the_stage_decodes_gop_runs_whole_within_one_shared_budget(compiled):
     for name, budget, cap in (("none", 0, 0), ("ample", 64 << 20, 0), ("tight", 6 * frame, 0),
                               ("split", 64 << 20, 3 * frame)):
         shared = RunBudget(budget)
-        ds = _make(compiled, decode=roboreel.DecodeOptions(frame_order="segments"))()  # the order that promises runs
+        ds = _make(compiled, frame_order="segments")()  # the order that promises runs
         batches, stats, peak = _decode_epoch(ds, shared, max_call_bytes=cap)
         assert 0 < peak <= budget or peak == budget == 0
         assert shared.used == 0  # every run dropped: released or closed with its clip

@@ -26,8 +26,7 @@ def test_groups_are_exported_frozen_and_checked():
                        (lambda: DecodeOptions(batch=True), "DecodeOptions.batch must be an integer"),
                        (lambda: DecodeOptions(cache_mb=-1), "cache_mb must be a number >= 0, got -1"),
                        (lambda: DecodeOptions(idle_decoders_mb=-1), "idle_decoders_mb must be a number >= 0"),
-                       (lambda: DecodeOptions(idle_decoders_mb="auto"), "idle_decoders_mb must be a number >= 0"),
-                       (lambda: DecodeOptions(frame_order="gop"), "frame_order must be one of")):
+                       (lambda: DecodeOptions(idle_decoders_mb="auto"), "idle_decoders_mb must be a number >= 0")):
         with pytest.raises(ValueError, match=match):
             bad()
 
@@ -40,19 +39,19 @@ def test_idle_decoders_default_to_automatic_and_take_none_zero_or_a_bound():
 
 def test_groups_reach_the_dataset(small_compiled):
     stream = StreamOptions(retries=2, backoff_s=0.01, readahead=3, verify_checksums=False)
-    decode = DecodeOptions(batch=4, cache_mb=0, frame_order="random", tolerance_s=2e-4, idle_decoders_mb=1)
-    ds = CompiledDataset(str(small_compiled), stream=stream, decode=decode)
+    decode = DecodeOptions(batch=4, cache_mb=0, tolerance_s=2e-4, idle_decoders_mb=1)
+    ds = CompiledDataset(str(small_compiled), stream=stream, decode=decode, frame_order="random", spread=5)
     assert ds.stream_options is stream and ds.decode_options is decode
     assert (stream.retry, stream.readahead, stream.verify_checksums) == (Retry(2, 0.01), 3, False)
-    assert (decode.batch, decode.run_cache_bytes, decode.frame_order, decode.tolerance_s, ds.decode_device,
-            decode.idle_decoders_bytes) == (4, 0, "random", 2e-4, "cpu", 2**20)
+    assert (decode.batch, decode.run_cache_bytes, ds.frame_order, ds.spread, decode.tolerance_s, ds.decode_device,
+            decode.idle_decoders_bytes) == (4, 0, "random", 5, 2e-4, "cpu", 2**20)
     assert stream.retry == Retry(retries=2, backoff_s=0.01) and StreamOptions().retry == Retry()
     default = CompiledDataset(str(small_compiled))
     assert default.stream_options == StreamOptions() and default.decode_options == DecodeOptions()
 
 
 def test_flat_or_unknown_keywords_and_wrong_groups_are_refused(small_compiled):
-    for flat in ({"retries": 2}, {"decode_device": "cpu"}, {"frame_order": "random"}, {"retry": 2}):
+    for flat in ({"retries": 2}, {"decode_device": "cpu"}, {"fallback": "cpu"}, {"retry": 2}):
         with pytest.raises(TypeError, match=f"unexpected keyword argument '{next(iter(flat))}'"):
             CompiledDataset(str(small_compiled), **flat)
     with pytest.raises(TypeError, match=r"decode=\.\.\.\) takes a roboreel.DecodeOptions, got StreamOptions"):

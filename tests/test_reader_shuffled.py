@@ -113,7 +113,7 @@ def test_the_default_loader_batches_hold_fewer_near_duplicates_than_uniform_samp
     uniform sampling and fewer near-duplicate pairs (the segments order holds several times as many)."""
     figures = {}
     for order in ("shuffled", "segments"):
-        ds = CompiledDataset(str(compiled), return_uint8=True, decode=roboreel.DecodeOptions(frame_order=order))
+        ds = CompiledDataset(str(compiled), return_uint8=True, frame_order=order)
         ld = roboreel.loader(ds, batch_size=16, num_workers=2)
         seen = [(int(e), int(f)) for b in ld for e, f in zip(b["episode_index"], b["frame_index"], strict=True)]
         assert sorted(seen) == [(e, f) for e in range(12) for f in range(60)]

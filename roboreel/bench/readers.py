@@ -12,9 +12,9 @@
   calls it: every other knob (workers kept across epochs, prefetch, decode threads) at its default.
 - ``loader_refork``: the same with ``persistent_workers=False``: new DataLoader workers every epoch, to show what
   keeping them is worth.
-- ``loader_random``: ``loader_readme`` with ``DecodeOptions(frame_order="random")``: frames leave the pool one by one
+- ``loader_random``: ``loader_readme`` with ``frame_order="random"``: frames leave the pool one by one
   at random instead of in GOP runs (independent neighbours, more decoding a sample)
-- ``loader_segments``: ``loader_readme`` with ``DecodeOptions(frame_order="segments")``: one GOP run per pooled
+- ``loader_segments``: ``loader_readme`` with ``frame_order="segments"``: one GOP run per pooled
   episode at a time, the fastest order, whose batches hold runs of neighbouring frames
 - ``loader_unmixed``: ``loader_readme`` with ``mix_workers=False``: every batch from one worker's pool, as
   ``DataLoader(dataset, batch_size=...)`` batches (the README's call mixes every worker's share into each batch)
@@ -169,7 +169,7 @@ def build(reader: str, mode: str, *, compiled: str, source: str, episode_pool_si
 
         order = {"loader_random": "random", "loader_segments": "segments"}.get(reader, "shuffled")
         kwargs: dict[str, Any] = {"delta_timestamps": dts, "seed": seed,
-                                  "decode": DecodeOptions(device=decode_device, frame_order=order),
+                                  "decode": DecodeOptions(device=decode_device), "frame_order": order,
                                   "stream": StreamOptions(storage_options=storage_options), "return_uint8": return_uint8}
         if episode_pool_size:
             kwargs["episode_pool_size"] = episode_pool_size

@@ -45,8 +45,10 @@ from roboreel.reader.options import DecodeOptions, StreamOptions, resolve_option
 from roboreel.reader.order import near_offsets
 from roboreel.reader.plan import (
     DEFAULT_SPREAD,
+    FRAME_ORDERS,
     MAX_RUNS,
     EpisodeCache,
+    FrameOrder,
     ScheduleKey,
     Selection,
     Slice,
@@ -77,9 +79,17 @@ def _check_transforms(image_transforms: Any) -> None:
         raise ValueError("image_transforms must be callable or None")
 
 
-def _check_arguments(*, batch_size: Any, episode_pool_size: Any, image_transforms: Any) -> None:
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+def _positive_or_none(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+
+
+def _check_arguments(*, batch_size: Any, episode_pool_size: Any, image_transforms: Any, frame_order: Any,
+                     spread: Any) -> None:
+    _positive_or_none("batch_size", batch_size)
+    _positive_or_none("spread", spread)
+    if frame_order not in FRAME_ORDERS:
+        raise ValueError(f"frame_order must be one of {FRAME_ORDERS}, got {frame_order!r}")
     if not isinstance(episode_pool_size, int) or episode_pool_size < 1:
         raise ValueError(f"episode_pool_size must be an integer >= 1, got {episode_pool_size!r}")
     _check_transforms(image_transforms)
@@ -112,6 +122,16 @@ class CompiledDataset(StreamCore):
         episode_pool_size: whole episodes each consumer keeps (compressed) and draws frames across. Default 32.
         seed: base of every random decision. Order is a pure function of (seed, epoch, rank, worker).
         shuffle: False reads in file order (episodes in order, frames in order).
+        frame_order: the order frames leave the pool (docs/reader.md, "Order and randomness"):
+            "shuffled" (default): several GOP runs of each pooled episode open at once, each decoded forward on a
+            decoder of its own (~1 decoded frame per sample), and no two frames of one episode less than 0.2 s
+            apart within ``spread`` samples, so a batch holds about as few near-duplicates as uniform sampling;
+            "segments": one run per episode at a time, the fastest, but a batch holds runs of consecutive
+            frames; "random": every frame independent, ~GOP/2 decoded frames per sample.
+        spread: with "shuffled", the samples of a consumer (a DataLoader worker) among which no two frames of one
+            episode are near-duplicates: at least the samples one worker gives a batch (``batch_size``, or
+            ``batch_size / num_workers`` where ``roboreel.loader`` mixes workers). None (default): ``batch_size``
+            where given, else 32.
         image_transforms: callable applied to every camera tensor.
         return_uint8: camera tensors as uint8 instead of float32 in [0, 1].
         rank, world_size: distributed position; default from torch.distributed, else RANK/WORLD_SIZE, else (0, 1).
@@ -120,7 +140,7 @@ class CompiledDataset(StreamCore):
         stream: transport knobs (readahead, retries, backoff_s, verify_checksums, storage_options), a
             ``roboreel.StreamOptions``.
         decode: decode knobs (device: the decode device, fallback, batch, cache_mb: the run cache, gpu_cache_mb,
-            tolerance_s, frame_order, idle_decoders_mb), a ``roboreel.DecodeOptions``.
+            tolerance_s, idle_decoders_mb), a ``roboreel.DecodeOptions``.
 
     ``meta`` is the dataset's LeRobot-shaped metadata (features, fps, stats, tasks, episodes; read on first use),
     ``num_frames`` / ``num_episodes`` count the whole selection (all ranks), like LeRobotDataset; ``len()`` is
@@ -153,6 +173,8 @@ class CompiledDataset(StreamCore):
         episode_pool_size: int = DEFAULT_POOL_SIZE,
         seed: int = 0,
         shuffle: bool = True,
+        frame_order: FrameOrder = "shuffled",
+        spread: int | None = None,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         return_uint8: bool = False,
         rank: int | None = None,
@@ -164,7 +186,8 @@ class CompiledDataset(StreamCore):
     ) -> None:
         super().__init__()
         del weights, samples_per_epoch  # __new__'s (a mixture never reaches this __init__)
-        _check_arguments(batch_size=batch_size, episode_pool_size=episode_pool_size, image_transforms=image_transforms)
+        _check_arguments(batch_size=batch_size, episode_pool_size=episode_pool_size, image_transforms=image_transforms,
+                         frame_order=frame_order, spread=spread)
         stream, decode = resolve_options(stream, decode)
         self.stream_options, self.decode_options = stream, decode
         decode_device = resolve_decode_device(decode.device, fallback=decode.fallback)
@@ -177,7 +200,8 @@ class CompiledDataset(StreamCore):
         self.episode_pool_size, self.seed, self.shuffle = episode_pool_size, int(seed), bool(shuffle)
         # where frames decode: DecodeOptions.device resolved ("cuda" -> "cuda:0", or "cpu" by its fallback)
         self.decode_device, self.image_transforms, self.return_uint8 = decode_device, image_transforms, return_uint8
-        self.spread = decode.spread or batch_size or DEFAULT_SPREAD  # plan/_shuffled.py
+        self.frame_order = frame_order
+        self.spread = spread or batch_size or DEFAULT_SPREAD  # plan/_shuffled.py
         self.rank, self.world_size = rank, world_size
         self.split_options = SplitOptions(equal_steps=equal_steps, batch_size=batch_size)
         self._meta: DatasetMeta | None = None
@@ -238,7 +262,7 @@ class CompiledDataset(StreamCore):
         self.windows = windows
         self.delta_timestamps = ({k: list(v) for k, v in delta_timestamps.items()} if delta_timestamps else
                                  {k: (o / self.fps).tolist() for k, o in windows.items()}) or None
-        runs = MAX_RUNS if self.decode_options.frame_order == "shuffled" else 1
+        runs = MAX_RUNS if self.frame_order == "shuffled" else 1
         self.idle_policy = IdlePolicy(self.decode_options.idle_decoders_bytes, partial(
             idle_bytes_needed, self.manifest, self.episodes, camera_lanes(self.windows, self.camera_keys, runs=runs)))
         # Decoded frames kept per clip of a windowed camera: the window's span, at most MAX_KEEP (memory).
@@ -335,7 +359,7 @@ class CompiledDataset(StreamCore):
         schedule = make_schedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
                                  pool_size=self.episode_pool_size,
                                  shuffle=self.shuffle, key=ScheduleKey(self.seed, epoch, world.rank, world.worker),
-                                 frame_order=self.decode_options.frame_order,
+                                 frame_order=self.frame_order,
                                  segment=self.segment, spread=self.spread, near=near_offsets(self.fps))
         position = self._start(epoch, world, skip, schedule.total)
         schedule.skip(skip)
@@ -355,7 +379,7 @@ class CompiledDataset(StreamCore):
     def _stream_fingerprint(self) -> dict[str, Any]:
         return {
             "seed": self.seed, "shuffle": self.shuffle, "episode_pool_size": self.episode_pool_size,
-            "frame_order": self.decode_options.frame_order, "segment": self.segment, "spread": self.spread,
+            "frame_order": self.frame_order, "segment": self.segment, "spread": self.spread,
             "episodes": hashlib.sha256(json.dumps(self.episodes).encode()).hexdigest()[:16],
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
             "layout": self.manifest.fingerprint(),

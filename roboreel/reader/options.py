@@ -13,7 +13,6 @@ from typing import Any
 
 from roboreel.formats.transient import Retry
 from roboreel.reader.decode import DEFAULT_GPU_RUN_CACHE_BYTES, DEFAULT_RUN_CACHE_BYTES, DecodeFallback
-from roboreel.reader.plan import FRAME_ORDERS, FrameOrder
 
 _FALLBACKS = ("error", "cpu")
 
@@ -94,16 +93,6 @@ class DecodeOptions:
             costs more than a CPU one (docs/gpu.md). ~21 clips of 480x640 in flight (40 short episodes, 2 workers,
             batch 32) held up to 281 MiB of runs; 96 MiB refused 67% of them.
         tolerance_s: max distance between a decoded frame's pts and the timestamp it must show.
-        frame_order: the order frames leave the pool (docs/reader.md, "Sample order"):
-            "shuffled" (default): several GOP runs of each pooled episode open at once, each decoded forward on a
-            decoder of its own (~1 decoded frame per sample), and no two frames of one episode less than 0.2 s
-            apart within ``spread`` samples, so a batch holds about as few near-duplicates as uniform sampling;
-            "segments": one run per episode at a time, the fastest, but a batch holds runs of consecutive
-            frames; "random": every frame independent, ~GOP/2 decoded frames per sample.
-        spread: with "shuffled", the samples of a consumer (a DataLoader worker) among which no two frames of one
-            episode are near-duplicates: at least the samples one worker gives a batch (``batch_size``, or
-            ``batch_size / num_workers`` where ``roboreel.loader`` mixes workers). None (default):
-            ``CompiledDataset``'s ``batch_size`` where given, else 32.
         idle_decoders_mb: decoders of released clips each process keeps open (estimated MiB), taken back when the
             clip is pooled again in a later epoch instead of opening a new one: torch 2.13 leaks ~0.84 KB per
             decoder opened, a creep of ~6% per worker over 100 epochs on a small dataset (docs/reliability.md,
@@ -119,9 +108,7 @@ class DecodeOptions:
     cache_mb: float = DEFAULT_RUN_CACHE_BYTES / 2**20
     gpu_cache_mb: float = DEFAULT_GPU_RUN_CACHE_BYTES / 2**20
     tolerance_s: float = 1e-4
-    frame_order: FrameOrder = "shuffled"
     idle_decoders_mb: float | None = None
-    spread: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, str):
@@ -134,10 +121,6 @@ class DecodeOptions:
         _number_at_least("DecodeOptions.tolerance_s", self.tolerance_s, 0)
         if self.idle_decoders_mb is not None:
             _number_at_least("DecodeOptions.idle_decoders_mb", self.idle_decoders_mb, 0)
-        if self.spread is not None:
-            _int_at_least("DecodeOptions.spread", self.spread, 1)
-        if self.frame_order not in FRAME_ORDERS:
-            raise ValueError(f"DecodeOptions.frame_order must be one of {FRAME_ORDERS}, got {self.frame_order!r}")
 
     @property
     def run_cache_bytes(self) -> int:

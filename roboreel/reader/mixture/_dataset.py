@@ -139,8 +139,8 @@ class MixtureDataset(StreamCore):
         self.split_options, self.fps = m0.split_options, m0.fps
         self.member_fps = [m.fps for m in self.members]
         self.stream_options, self.decode_options = m0.stream_options, m0.decode_options
-        # the members were made with the same arguments: the first one's decode device, output form and spread
-        self.decode_device, self.spread = m0.decode_device, m0.spread
+        # the members were made with the same arguments: the first one's decode device, output form and order
+        self.decode_device, self.frame_order, self.spread = m0.decode_device, m0.frame_order, m0.spread
         self.image_transforms, self.return_uint8 = m0.image_transforms, m0.return_uint8
         self.options = opts = canonical or CanonicalOptions()
         self.canon = canon = canonical_features(self.urls, [m.manifest.features for m in self.members],
@@ -297,7 +297,7 @@ class MixtureDataset(StreamCore):
             schedule = make_schedule(order, sizes, ranges=np.stack([starts, stops], axis=1),
                                      pool_size=int(self.pool_sizes[i]), shuffle=self.shuffle,
                                      key=ScheduleKey(self.plan.member_seed(i), epoch, world.rank, world.worker),
-                                     frame_order=self.decode_options.frame_order,
+                                     frame_order=self.frame_order,
                                      segment=ds.segment, spread=self.spread, near=near_offsets(ds.fps))
             schedule.skip(int(done[i]))
             cm = self.canon.members[i]
@@ -331,7 +331,7 @@ class MixtureDataset(StreamCore):
             "mixture": hashlib.sha256(members.encode()).hexdigest()[:16],
             "weights": None if self.plan.weights is None else list(self.plan.weights),
             "samples_per_epoch": self.plan.size, "seed": self.seed, "shuffle": self.shuffle,
-            "pool_sizes": self.pool_sizes.tolist(), "frame_order": self.decode_options.frame_order,
+            "pool_sizes": self.pool_sizes.tolist(), "frame_order": self.frame_order,
             "spread": self.spread,
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
         }
