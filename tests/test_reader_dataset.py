@@ -110,7 +110,7 @@ def _epoch_pending(ds: CompiledDataset, pool_size: int) -> list[PendingSample]:
     slices = [Slice(i, tuple(s.episodes)) for i, s in enumerate(m.shards)]
     order = [e for s in slices for e in s.episodes]
     schedule = PoolSchedule(order, [m.episode(e).length for e in order], pool_size=pool_size, shuffle=True,
-                            key=ScheduleKey(0, 0), segment=ds.segment)
+                            key=ScheduleKey(0, 0), gop=ds.gop)
     reader = SliceReader(Store(ds.url), m)
     spec = EpisodeSpec(ds.tabular_keys, ds.camera_keys, {}, m.tasks)
     loaded = (LoadedEpisode(r, shard=m.shards[s].path, spec=spec) for s, r in reader.records(slices))
@@ -140,7 +140,7 @@ def test_gop_runs_decode_in_one_call_within_the_byte_budget(medium):
     pending = _epoch_pending(ds, 3)
     m, cams = ds.manifest, len(CAMERAS)
     frame = 3 * 64 * 64
-    runs = sum(-(-e.length // ds.segment) for e in m.episodes) * cams
+    runs = sum(-(-e.length // ds.gop) for e in m.episodes) * cams
     got = {}
     for budget in (DEFAULT_RUN_CACHE_BYTES, 3 * 10 * frame, 0):
         decoders, peak, samples = ClipDecoders(run_cache_bytes=budget), 0, []

@@ -48,22 +48,22 @@ def test_no_shuffle_is_file_order():
 
 
 def test_segments_leave_gop_runs_front_to_back():
-    order = episode_frame_order(range(47), episode=5, seed=0, epoch=0, order="segments", segment=10)
+    order = episode_frame_order(range(47), episode=5, seed=0, epoch=0, order="segments", gop=10)
     assert sorted(order) == list(range(47)) and order != list(range(47))
     pos = 0
-    while pos < 47:  # each run is one aligned segment, in order
+    while pos < 47:  # each run is one aligned GOP, in order
         s = order[pos]
         assert s % 10 == 0
         n = min(10, 47 - s)
         assert order[pos : pos + n] == list(range(s, s + n))
         pos += n
-    assert episode_frame_order(range(47), episode=5, seed=0, epoch=1, order="segments", segment=10) != order
+    assert episode_frame_order(range(47), episode=5, seed=0, epoch=1, order="segments", gop=10) != order
 
 
-@pytest.mark.parametrize("kw", [{}, {"shuffle": False}, {"frame_order": "random"}, {"segment": 7}])
+@pytest.mark.parametrize("kw", [{}, {"shuffle": False}, {"frame_order": "random"}, {"gop": 7}])
 def test_run_end_names_the_frames_each_episode_emits_next(kw):
     """The decoder's promise (decode.ClipDecoders run cache): after frame f, its episode emits f+1 .. run_end-1
-    next, in order; the runs are whole segments in segment order and single frames in random order."""
+    next, in order; the runs are whole GOPs in GOP order and single frames in random order."""
     sched = schedule(**kw)
     picks = list(sched)
     per_episode: dict[int, list[int]] = {}

@@ -20,7 +20,7 @@ EPISODES = [7 + 2 * i for i in range(len(LENGTHS))]
 def schedule(**kw) -> ShuffledSchedule:
     key = {"seed": 0, "epoch": 0, "rank": 0, "worker": 0}
     key.update((k, kw.pop(k)) for k in list(key) if k in kw)
-    args = {"pool_size": 8, "shuffle": True, "spread": 12, "near": 9, "segment": 10, **kw}
+    args = {"pool_size": 8, "shuffle": True, "spread": 12, "near": 9, "gop": 10, **kw}
     s = make_schedule(EPISODES, LENGTHS, frame_order="shuffled", key=ScheduleKey(**key), **args)
     assert isinstance(s, ShuffledSchedule)
     return s
@@ -36,8 +36,8 @@ def near_pairs(picks, spread: int, near: int) -> list[int]:
             if any(q == p and abs(g - f) <= near for q, g, *_ in picks[max(0, i - spread + 1):i])]
 
 
-@pytest.mark.parametrize("kw", [{}, {"pool_size": 1}, {"pool_size": 40, "spread": 3}, {"segment": 1},
-                                {"segment": 7, "near": 0}, {"spread": 64}])
+@pytest.mark.parametrize("kw", [{}, {"pool_size": 1}, {"pool_size": 40, "spread": 3}, {"gop": 1},
+                                {"gop": 7, "near": 0}, {"spread": 64}])
 def test_every_frame_exactly_once_pool_bounded_lanes_bounded(kw):
     s = schedule(**kw)
     picks = picks_of(s)
@@ -53,11 +53,11 @@ def test_every_frame_exactly_once_pool_bounded_lanes_bounded(kw):
             live.discard(p)
 
 
-@pytest.mark.parametrize("kw", [{}, {"segment": 7}, {"pool_size": 3}])
+@pytest.mark.parametrize("kw", [{}, {"gop": 7}, {"pool_size": 3}])
 def test_each_lane_moves_forward_one_run_at_a_time(kw):
-    """The decoder promise: on one (episode, lane), frames come one after another inside a run of ``segment``
+    """The decoder promise: on one (episode, lane), frames come one after another inside a run of ``gop``
     frames (aligned to the clips' GOPs); a lane jumps only to the first frame of another run."""
-    seg = kw.get("segment", 10)
+    seg = kw.get("gop", 10)
     last_on: dict[tuple[int, int], int] = {}
     for p, f, _, lane in picks_of(schedule(**kw)):
         prev = last_on.get((p, lane))

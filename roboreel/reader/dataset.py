@@ -206,7 +206,7 @@ class CompiledDataset(StreamCore):
         self.split_options = SplitOptions(equal_steps=equal_steps, batch_size=batch_size)
         self._meta: DatasetMeta | None = None
         gops = [c.gop for c in m.cameras if c.gop]
-        self.segment = min(gops) if gops else int(m.settings.get("gop") or 10)
+        self.gop = min(gops) if gops else int(m.settings.get("gop") or 10)
         self._selection: Selection | None = None
         _ = self.selection  # shard-level (O(shards)): known from construction, like the shard table
         keep = stream.keep_episodes_mb
@@ -360,7 +360,7 @@ class CompiledDataset(StreamCore):
                                  pool_size=self.episode_pool_size,
                                  shuffle=self.shuffle, key=ScheduleKey(self.seed, epoch, world.rank, world.worker),
                                  frame_order=self.frame_order,
-                                 segment=self.segment, spread=self.spread, near=near_offsets(self.fps))
+                                 gop=self.gop, spread=self.spread, near=near_offsets(self.fps))
         position = self._start(epoch, world, skip, schedule.total)
         schedule.skip(skip)
         return run_consumer(self._records(), self._decoding(), schedule, slices, position, row, self._counters,
@@ -379,7 +379,7 @@ class CompiledDataset(StreamCore):
     def _stream_fingerprint(self) -> dict[str, Any]:
         return {
             "seed": self.seed, "shuffle": self.shuffle, "episode_pool_size": self.episode_pool_size,
-            "frame_order": self.frame_order, "segment": self.segment, "spread": self.spread,
+            "frame_order": self.frame_order, "gop": self.gop, "spread": self.spread,
             "episodes": hashlib.sha256(json.dumps(self.episodes).encode()).hexdigest()[:16],
             "equal_steps": self.split_options.equal_steps, "batch_size": self.split_options.batch_size,
             "layout": self.manifest.fingerprint(),

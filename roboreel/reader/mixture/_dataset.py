@@ -298,7 +298,7 @@ class MixtureDataset(StreamCore):
                                      pool_size=int(self.pool_sizes[i]), shuffle=self.shuffle,
                                      key=ScheduleKey(self.plan.member_seed(i), epoch, world.rank, world.worker),
                                      frame_order=self.frame_order,
-                                     segment=ds.segment, spread=self.spread, near=near_offsets(ds.fps))
+                                     gop=ds.gop, spread=self.spread, near=near_offsets(ds.fps))
             schedule.skip(int(done[i]))
             cm = self.canon.members[i]
             records = ds._records(tabular_keys=cm.tabular, camera_keys=cm.cameras)

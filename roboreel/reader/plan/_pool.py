@@ -7,7 +7,7 @@ only lengths (from the manifest), it can be replayed to any position without tou
 resume exact and cheap.
 
 Within an episode, frames leave in ``frame_order``:
-- ``"segments"`` (default): the episode is cut into runs of ``segment`` frames (the clips' keyframe interval),
+- ``"segments"`` (default): the episode is cut into runs of ``gop`` frames (the clips' keyframe interval),
   the runs are visited in a random order and each run front to back. A pooled episode's decoder then only moves
   forward inside a GOP, so every emitted frame costs about one decoded frame, as in sequential decode (measured:
   random single-frame access to a GOP-10 clip decodes ~5x slower). Batches still mix ``~pool_size`` episodes.
@@ -46,20 +46,20 @@ FRAME_ORDERS = ("shuffled", "segments", "random")  # "shuffled": plan/_shuffled.
 _DRAWS = 4096
 
 
-def episode_frame_order(frames: range, *, episode: int, seed: int, epoch: int, order: FrameOrder, segment: int,
+def episode_frame_order(frames: range, *, episode: int, seed: int, epoch: int, order: FrameOrder, gop: int,
                         shuffle: bool = True) -> list[int]:
-    """The order in which an episode's ``frames`` (``range(length)``: all of them) leave the pool. Segments stay
-    aligned to multiples of ``segment`` from frame 0 (the clips' GOPs) whatever the range."""
+    """The order in which an episode's ``frames`` (``range(length)``: all of them) leave the pool. GOP runs stay
+    aligned to multiples of ``gop`` from frame 0 (the clips' GOPs) whatever the range."""
     start, stop = frames.start, frames.stop
     if not shuffle:
         return list(range(start, stop))
     rng = np.random.default_rng(np.random.SeedSequence([TAG_FRAMES, seed, epoch, episode]))
     if order == "random":
         return (start + rng.permutation(stop - start)).tolist()
-    first = start // segment * segment
-    starts = np.arange(first, stop, segment)
+    first = start // gop * gop
+    starts = np.arange(first, stop, gop)
     starts = starts[rng.permutation(len(starts))]
-    return [f for s in starts.tolist() for f in range(max(s, start), min(s + segment, stop))]
+    return [f for s in starts.tolist() for f in range(max(s, start), min(s + gop, stop))]
 
 
 @dataclass(frozen=True)
@@ -89,14 +89,14 @@ class PoolSchedule:
         shuffle: bool,
         key: ScheduleKey,
         frame_order: FrameOrder = "segments",
-        segment: int = 10,
+        gop: int = 10,
         ranges: Sequence[tuple[int, int]] | None = None,
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"episode_pool_size must be >= 1, got {pool_size}")
         if frame_order not in FRAME_ORDERS[1:]:
             raise ValueError(f"frame_order must be one of {FRAME_ORDERS[1:]} here, got {frame_order!r} "
-                             "(\"shuffled\" is plan/shuffled.ShuffledSchedule: make_schedule)")
+                             "(\"shuffled\" is ShuffledSchedule, from make_schedule)")
         # int64 arrays, not lists: a consumer of a million-episode epoch holds 8 bytes a value, not ~36
         self.episodes = np.asarray(episodes, dtype=np.int64)
         self.lengths = np.asarray(lengths, dtype=np.int64)
@@ -107,7 +107,7 @@ class PoolSchedule:
             r = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
             self.starts, self.stops = r[:, 0], r[:, 1]
         self.pool_size, self.shuffle = pool_size, shuffle
-        self.key, self.frame_order, self.segment = key, frame_order, max(1, segment)
+        self.key, self.frame_order, self.gop = key, frame_order, max(1, gop)
         self._rng = np.random.default_rng(
             np.random.SeedSequence([TAG_POOL, key.seed, key.epoch, key.rank, key.worker]))
         self._draws: list[float] = []
@@ -123,7 +123,7 @@ class PoolSchedule:
             pos = self.next_admit
             a, b = int(self.starts[pos]), int(self.stops[pos])
             frames = episode_frame_order(range(a, b), episode=int(self.episodes[pos]), seed=self.key.seed,
-                                         epoch=self.key.epoch, order=self.frame_order, segment=self.segment,
+                                         epoch=self.key.epoch, order=self.frame_order, gop=self.gop,
                                          shuffle=self.shuffle)
             self._slots.append([pos, frames, 0])
             self.next_admit += 1
@@ -155,7 +155,7 @@ class PoolSchedule:
         it, in order, one each (GOP runs, or file order); with ``frame_order="random"`` just ``frame + 1``."""
         if self.shuffle and self.frame_order == "random":
             return frame + 1
-        return min((frame // self.segment + 1) * self.segment, length)
+        return min((frame // self.gop + 1) * self.gop, length)
 
     def skip(self, n: int) -> None:
         """Advance ``n`` picks without emitting them (replay for resume; about a microsecond each)."""

@@ -45,7 +45,7 @@ class ShuffledSchedule(PoolSchedule):
 
     def __init__(self, episodes: Sequence[int], lengths: Sequence[int], *, spread: int = DEFAULT_SPREAD,
                  near: int = 9, open_runs: int | None = None, **kwargs: Any) -> None:
-        kwargs["frame_order"] = "segments"  # the base's checks; runs are aligned to ``segment`` as there
+        kwargs["frame_order"] = "segments"  # the base's checks; runs are aligned to ``gop`` as there
         super().__init__(episodes, lengths, **kwargs)
         if spread < 1 or near < 0:
             raise ValueError(f"spread must be >= 1 and near >= 0, got {spread} and {near}")
@@ -69,8 +69,8 @@ class ShuffledSchedule(PoolSchedule):
             a, b = int(self.starts[pos]), int(self.stops[pos])
             rng = np.random.default_rng(np.random.SeedSequence([_TAG_RUNS, self.key.seed, self.key.epoch,
                                                                 int(self.episodes[pos])]))
-            first = a // self.segment * self.segment
-            starts = np.arange(first, b, self.segment)
+            first = a // self.gop * self.gop
+            starts = np.arange(first, b, self.gop)
             # slot: [position, run starts left (popped from the end), open runs, recent (frame, pick), free lanes]
             slot: list[Any] = [pos, starts[rng.permutation(len(starts))].tolist()[::-1], [], [],
                                list(range(MAX_RUNS - 1, -1, -1))]
@@ -89,7 +89,7 @@ class ShuffledSchedule(PoolSchedule):
         now = self.emitted
         wait = max((p + self.spread for f, p in slot[3] if abs(f - cursor) <= self.near and p + self.spread > now),
                    default=0)
-        run = [slot, cursor, min(s + self.segment, int(self.stops[pos])), slot[4].pop(), wait]
+        run = [slot, cursor, min(s + self.gop, int(self.stops[pos])), slot[4].pop(), wait]
         slot[2].append(run)
         self._runs.append(run)
 
