@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from roboreel.formats import lerobot_v3_layout as v3
+from roboreel.synth._stats import column_stats, dataset_stats, rgb_stats
 from roboreel.synth.config import ENCODERS, SynthConfig
 from roboreel.synth.content import action_row, render_frame, state_row
 from roboreel.synth.depth import depth_feature, depth_stats, quantize, render_depth
@@ -32,9 +34,6 @@ _TASKS = (
     "fold the towel",
     "stack the blocks",
 )
-
-
-
 
 @dataclass
 class SynthSummary:
@@ -103,27 +102,6 @@ def _rows(ep: int, start: int, length: int, task_index: int, cfg: SynthConfig) -
     )
 
 
-def _stats(values: np.ndarray) -> dict[str, list]:
-    """LeRobot-style stats over axis 0 (values [N, ...])."""
-    v = values.astype(np.float64)
-    out = {"min": v.min(0), "max": v.max(0), "mean": v.mean(0), "std": v.std(0)}
-    for q in (1, 10, 50, 90, 99):
-        out[f"q{q:02d}"] = np.quantile(v, q / 100, axis=0)
-    res = {k: np.atleast_1d(x).tolist() for k, x in out.items()}
-    res["count"] = [int(v.shape[0])]
-    return res
-
-
-def _image_stats(frames: np.ndarray) -> dict[str, list]:
-    """Per-channel stats of [N,H,W,3] uint8 frames in [0,1], shaped [3,1,1] like LeRobot's."""
-    f = frames.astype(np.float32) / 255.0
-    per = f.reshape(-1, 3)
-    out = {"min": per.min(0), "max": per.max(0), "mean": per.mean(0), "std": per.std(0)}
-    res = {k: x.reshape(3, 1, 1).tolist() for k, x in out.items()}
-    res["count"] = [int(frames.shape[0])]
-    return res
-
-
 def _write_tasks(root: Path, tasks: list[str]) -> None:
     # pandas writes the task string as the frame's index; keep that metadata so LeRobot's pd.read_parquet
     # sees tasks.index == task strings.
@@ -146,148 +124,231 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
                progress: bool = False) -> SynthSummary:
     """Write a LeRobot v3.0 dataset to ``out`` (a local directory). Deterministic for a given config."""
     cfg = config or SynthConfig()
+    _check_config(cfg)
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner to stderr otherwise
+    root = _fresh_root(Path(out), overwrite)
+    tasks = _task_strings(cfg.tasks)
+    _write_tasks(root, tasks)
+    lengths = cfg.lengths()
+    _check_depth(cfg)
+    run = _Run(root, cfg, tasks, _video_writers(root, cfg), _DataFiles(root, cfg, Roller(cfg.chunks_size)),
+               image_stats={k: [] for k in (*cfg.cameras, *cfg.depth_cameras)})
+    start = 0
+    for ep in _with_progress(range(cfg.episodes), progress):
+        _write_episode(run, _Episode(ep, start, lengths[ep], ep % cfg.tasks))
+        start += lengths[ep]
+    run.data.flush()
+    for w in run.videos.values():
+        w.close()
+    _write_episodes_meta(root, run.ep_rows)
+    (root / v3.STATS_PATH).write_text(json.dumps(dataset_stats(run.tables, run.image_stats), indent=1))
+    (root / v3.INFO_PATH).write_text(json.dumps(_info(cfg, start), indent=4))
+    return SynthSummary(
+        root=root,
+        episodes=cfg.episodes,
+        frames=start,
+        video_files={k: w.files for k, w in run.videos.items()},
+        data_files=run.data.roll.chunk * cfg.chunks_size + run.data.roll.file,
+    )
+
+
+def _check_config(cfg: SynthConfig) -> None:
+    """Refuse a config the layout cannot hold, before anything in ``out`` is touched."""
     if cfg.episodes <= 0 or cfg.min_length <= 0 or cfg.max_length < cfg.min_length:
         raise ValueError(f"need episodes > 0 and 0 < min_length <= max_length, got {cfg}")
     if len(cfg.cameras) > 15:
         raise ValueError("at most 15 cameras (pixel codes carry 4 camera bits)")
     if cfg.row_groups not in ("episode", "file"):
         raise ValueError(f"row_groups must be 'episode' or 'file', got {cfg.row_groups!r}")
-    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner to stderr otherwise
-    root = Path(out)
+
+
+def _check_depth(cfg: SynthConfig) -> None:
+    """Refuse a depth setup the writers cannot encode. ``synthesize`` checks it after writing
+    ``meta/tasks.parquet``, so a refused depth config leaves ``out`` holding just that."""
+    if cfg.depth_unit not in ("mm", "m"):
+        raise ValueError(f"depth_unit must be 'mm' or 'm', got {cfg.depth_unit!r}")
+    if set(cfg.depth_cameras) & set(cfg.cameras):
+        raise ValueError("a camera cannot be both RGB and depth")
+
+
+def _fresh_root(root: Path, overwrite: bool) -> Path:
+    """An empty dataset directory with its ``meta/``: a non-empty one is replaced only when asked to."""
     if root.exists():
         if not overwrite and any(root.iterdir()):
             raise FileExistsError(f"{root} exists and is not empty (pass overwrite=True / --overwrite)")
         shutil.rmtree(root)
     (root / "meta").mkdir(parents=True)
-    tasks = [_TASKS[i % len(_TASKS)] + ("" if i < len(_TASKS) else f" #{i // len(_TASKS)}") for i in range(cfg.tasks)]
-    _write_tasks(root, tasks)
+    return root
 
-    lengths = cfg.lengths()
-    if cfg.depth_unit not in ("mm", "m"):
-        raise ValueError(f"depth_unit must be 'mm' or 'm', got {cfg.depth_unit!r}")
-    if set(cfg.depth_cameras) & set(cfg.cameras):
-        raise ValueError("a camera cannot be both RGB and depth")
+
+def _task_strings(n: int) -> list[str]:
+    """``n`` distinct task strings: the stock phrases, then the same ones numbered (``... #1``) past them."""
+    return [_TASKS[i % len(_TASKS)] + ("" if i < len(_TASKS) else f" #{i // len(_TASKS)}") for i in range(n)]
+
+
+def _video_writers(root: Path, cfg: SynthConfig) -> dict[str, VideoFileWriter]:
+    """One mp4 writer per video camera: RGB cameras (unless they are image features), then depth cameras."""
     videos = {key: VideoFileWriter(root, key, cfg) for key in cfg.cameras} if cfg.use_videos else {}
     videos |= {key: VideoFileWriter(root, key, cfg, depth=True) for key in cfg.depth_cameras}
-    data_roll = Roller(cfg.chunks_size)
-    data_pending: list[pa.Table] = []
-    data_bytes = 0
-    ep_rows: list[dict] = []
-    all_tables: list[pa.Table] = []
-    image_stats: dict[str, list[dict]] = {k: [] for k in (*cfg.cameras, *cfg.depth_cameras)}
+    return videos
 
-    def flush_data() -> None:
-        nonlocal data_pending, data_bytes
-        if not data_pending:
+
+def _with_progress(episodes: range, progress: bool) -> Iterable[int]:
+    """The episode indices, behind a tqdm bar when asked (tqdm imported only then)."""
+    if not progress:
+        return episodes
+    from tqdm import tqdm
+
+    return tqdm(episodes, desc="synth", unit="ep")
+
+
+@dataclass
+class _DataFiles:
+    """The data parquet files: episodes' tables wait in ``pending`` until they pass the size limit, then go out
+    as one file at the roller's place, and the roller moves on."""
+
+    root: Path
+    cfg: SynthConfig
+    roll: Roller
+    pending: list[pa.Table] = field(default_factory=list)
+    nbytes: int = 0
+
+    def add(self, table: pa.Table) -> None:
+        """Queue one episode's table; write the file once the queue reaches ``data_files_size_in_mb``."""
+        self.pending.append(table)
+        self.nbytes += table.nbytes
+        if self.nbytes >= self.cfg.data_files_size_in_mb * 1e6:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the queued tables as the current data file (nothing when none are queued)."""
+        if not self.pending:
             return
-        path = root / v3.DEFAULT_DATA_PATH.format(chunk_index=data_roll.chunk, file_index=data_roll.file)
+        path = self.root / v3.DEFAULT_DATA_PATH.format(chunk_index=self.roll.chunk, file_index=self.roll.file)
         path.parent.mkdir(parents=True, exist_ok=True)
         # Like LeRobot (through HF datasets), every data file carries its own `huggingface` schema metadata
         # with a fingerprint of its own, so no two files' schemas are byte-equal.
-        schema = data_pending[0].schema.with_metadata(hf_metadata(data_pending[0].schema, str(path.relative_to(root))))
-        data_pending = [t.replace_schema_metadata(schema.metadata) for t in data_pending]
-        if cfg.row_groups == "episode":
+        first = self.pending[0].schema
+        schema = first.with_metadata(hf_metadata(first, str(path.relative_to(self.root))))
+        pending = [t.replace_schema_metadata(schema.metadata) for t in self.pending]
+        if self.cfg.row_groups == "episode":
             with pq.ParquetWriter(path, schema) as w:
-                for t in data_pending:
+                for t in pending:
                     w.write_table(t, row_group_size=t.num_rows)
         else:
-            t = pa.concat_tables(data_pending)
+            t = pa.concat_tables(pending)
             pq.write_table(t, path, row_group_size=t.num_rows)
-        data_pending, data_bytes = [], 0
-        data_roll.next()
+        self.pending, self.nbytes = [], 0
+        self.roll.next()
 
-    start = 0
-    it = range(cfg.episodes)
-    if progress:
-        from tqdm import tqdm
 
-        it = tqdm(it, desc="synth", unit="ep")
-    for ep in it:
-        length, task_index = lengths[ep], ep % cfg.tasks
-        rows = _rows(ep, start, length, task_index, cfg)
-        row = {
-            "episode_index": ep,
-            "tasks": [tasks[task_index]],
-            "length": length,
-            "data/chunk_index": data_roll.chunk,
-            "data/file_index": data_roll.file,
-            "dataset_from_index": start,
-            "dataset_to_index": start + length,
-        }
-        images: dict[str, pa.Array] = {}
-        for cam_id, key in enumerate(cfg.cameras):
-            frames = [render_frame(start + k, ep, cam_id, k, cfg.height, cfg.width) for k in range(length)]
-            if not cfg.use_videos:
-                images[key] = image_column(frames)
-            else:
-                chunk, file, t0, t1 = videos[key].add_episode(frames)
-                row |= {
-                    f"videos/{key}/chunk_index": chunk,
-                    f"videos/{key}/file_index": file,
-                    f"videos/{key}/from_timestamp": t0,
-                    f"videos/{key}/to_timestamp": t1,
-                }
-            st = _image_stats(np.stack(frames[:: max(1, length // 8)]))
-            image_stats[key].append(st)
-            row |= {f"stats/{key}/{s}": v for s, v in st.items()}
-        for key in cfg.depth_cameras:
-            depth = [render_depth(start + k, cfg.height, cfg.width, cfg.depth_unit) for k in range(length)]
-            chunk, file, t0, t1 = videos[key].add_episode([quantize(d) for d in depth])
-            row |= {
-                f"videos/{key}/chunk_index": chunk,
-                f"videos/{key}/file_index": file,
-                f"videos/{key}/from_timestamp": t0,
-                f"videos/{key}/to_timestamp": t1,
-            }
-            st = depth_stats(np.stack(depth))
-            image_stats[key].append(st)
-            row |= {f"stats/{key}/{s}": v for s, v in st.items()}
-        for key in ("observation.state", "action", "timestamp", "frame_index", "index"):
-            col = rows.column(key)
-            vals = np.stack(col.to_numpy(zero_copy_only=False)) if pa.types.is_fixed_size_list(col.type) else col.to_numpy()
-            row |= {f"stats/{key}/{s}": v for s, v in _stats(vals.reshape(length, -1)).items()}
-        row |= {"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0}
-        ep_rows.append(row)
-        # LeRobot's column order: info.json's features (image keys first here), language appended by annotate
-        rows = pa.table({**images, **dict(zip(rows.column_names, rows.columns, strict=True)),
-                         **(language_columns(ep, start, length, cfg.fps) if cfg.language else {})})
-        all_tables.append(rows)
-        data_pending.append(rows)
-        data_bytes += rows.nbytes
-        if data_bytes >= cfg.data_files_size_in_mb * 1e6:
-            flush_data()
-        start += length
-    flush_data()
-    for w in videos.values():
-        w.close()
+@dataclass
+class _Run:
+    """What one ``synthesize`` call writes to and gathers across episodes."""
 
+    root: Path
+    cfg: SynthConfig
+    tasks: list[str]
+    videos: dict[str, VideoFileWriter]
+    data: _DataFiles
+    ep_rows: list[dict] = field(default_factory=list)  # meta/episodes rows
+    tables: list[pa.Table] = field(default_factory=list)  # every episode's data table, for the dataset's stats
+    image_stats: dict[str, list[dict]] = field(default_factory=dict)  # camera -> per-episode stats
+
+
+@dataclass(frozen=True)
+class _Episode:
+    """One episode's place: its index, first global frame index, length and task."""
+
+    index: int
+    start: int
+    length: int
+    task_index: int
+
+
+def _write_episode(run: _Run, ep: _Episode) -> None:
+    """Encode one episode's cameras, queue its data table and record its meta/episodes row."""
+    cfg = run.cfg
+    rows = _rows(ep.index, ep.start, ep.length, ep.task_index, cfg)
+    row = {
+        "episode_index": ep.index,
+        "tasks": [run.tasks[ep.task_index]],
+        "length": ep.length,
+        "data/chunk_index": run.data.roll.chunk,
+        "data/file_index": run.data.roll.file,
+        "dataset_from_index": ep.start,
+        "dataset_to_index": ep.start + ep.length,
+    }
+    images: dict[str, pa.Array] = {}
+    for cam_id, key in enumerate(cfg.cameras):
+        columns, image = _camera_episode(run, ep, cam_id, key)
+        row |= columns
+        if image is not None:
+            images[key] = image
+    for key in cfg.depth_cameras:
+        row |= _depth_episode(run, ep, key)
+    keys = ("observation.state", "action", "timestamp", "frame_index", "index")
+    row |= {f"stats/{key}/{s}": v for key, st in column_stats(rows, keys).items() for s, v in st.items()}
+    row |= {"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0}
+    run.ep_rows.append(row)
+    # LeRobot's column order: info.json's features (image keys first here), language appended by annotate
+    table = pa.table({**images, **dict(zip(rows.column_names, rows.columns, strict=True)),
+                      **(language_columns(ep.index, ep.start, ep.length, cfg.fps) if cfg.language else {})})
+    run.tables.append(table)
+    run.data.add(table)
+
+
+def _camera_episode(run: _Run, ep: _Episode, cam_id: int, key: str) -> tuple[dict, pa.Array | None]:
+    """One RGB camera's frames of an episode, encoded into its mp4 (or, for image features, returned as the
+    PNG column); gives its meta/episodes columns (video span, stats) and that column or None."""
+    cfg = run.cfg
+    frames = [render_frame(ep.start + k, ep.index, cam_id, k, cfg.height, cfg.width) for k in range(ep.length)]
+    columns: dict = {}
+    image = None
+    if not cfg.use_videos:
+        image = image_column(frames)
+    else:
+        columns |= _video_columns(key, run.videos[key].add_episode(frames))
+    st = rgb_stats(np.stack(frames[:: max(1, ep.length // 8)]))  # over every ~8th frame
+    run.image_stats[key].append(st)
+    return columns | {f"stats/{key}/{s}": v for s, v in st.items()}, image
+
+
+def _depth_episode(run: _Run, ep: _Episode, key: str) -> dict:
+    """One depth camera's frames of an episode, quantized into its mp4; gives its meta/episodes columns."""
+    cfg = run.cfg
+    depth = [render_depth(ep.start + k, cfg.height, cfg.width, cfg.depth_unit) for k in range(ep.length)]
+    columns = _video_columns(key, run.videos[key].add_episode([quantize(d) for d in depth]))
+    st = depth_stats(np.stack(depth))
+    run.image_stats[key].append(st)
+    return columns | {f"stats/{key}/{s}": v for s, v in st.items()}
+
+
+def _video_columns(key: str, span: tuple[int, int, float, float]) -> dict:
+    """Where an episode of camera ``key`` lies: meta/episodes' four ``videos/{key}/...`` columns."""
+    chunk, file, t0, t1 = span
+    return {
+        f"videos/{key}/chunk_index": chunk,
+        f"videos/{key}/file_index": file,
+        f"videos/{key}/from_timestamp": t0,
+        f"videos/{key}/to_timestamp": t1,
+    }
+
+
+def _write_episodes_meta(root: Path, ep_rows: list[dict]) -> None:
+    """meta/episodes: every episode's row in one parquet file (chunk 0, file 0)."""
     ep_path = root / v3.EPISODES_PATH.format(chunk_index=0, file_index=0)
     ep_path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(ep_rows), ep_path)
 
-    everything = pa.concat_tables(all_tables)
-    stats: dict = {}
-    for key in ("observation.state", "action", "timestamp", "frame_index", "episode_index", "index", "task_index"):
-        col = everything.column(key)
-        vals = np.stack(col.to_numpy(zero_copy_only=False)) if pa.types.is_fixed_size_list(col.type) else col.to_numpy()
-        stats[key] = _stats(vals.reshape(len(everything), -1))
-    for key, per_ep in image_stats.items():
-        n = np.array([s["count"][0] for s in per_ep], np.float64)
-        mean = sum(np.array(s["mean"]) * c for s, c in zip(per_ep, n, strict=True)) / n.sum()  # pooled, as LeRobot
-        stats[key] = {
-            "min": np.min([s["min"] for s in per_ep], axis=0).tolist(),
-            "max": np.max([s["max"] for s in per_ep], axis=0).tolist(),
-            "mean": mean.tolist(),
-            "std": np.sqrt(sum(np.array(s["std"]) ** 2 * c for s, c in zip(per_ep, n, strict=True)) / n.sum()).tolist(),
-            "count": [int(n.sum())],
-        }
-    (root / v3.STATS_PATH).write_text(json.dumps(stats, indent=1))
 
-    info = {
+def _info(cfg: SynthConfig, frames: int) -> dict:
+    """meta/info.json of a dataset of ``frames`` frames."""
+    return {
         "codebase_version": v3.CODEBASE_VERSION,
         "robot_type": cfg.robot_type,
         "total_episodes": cfg.episodes,
-        "total_frames": start,
+        "total_frames": frames,
         "total_tasks": cfg.tasks,
         "chunks_size": cfg.chunks_size,
         "data_files_size_in_mb": cfg.data_files_size_in_mb,
@@ -298,11 +359,3 @@ def synthesize(out: str | os.PathLike[str], config: SynthConfig | None = None, *
         "video_path": v3.DEFAULT_VIDEO_PATH if (cfg.cameras and cfg.use_videos) or cfg.depth_cameras else None,
         "features": _features(cfg),
     }
-    (root / v3.INFO_PATH).write_text(json.dumps(info, indent=4))
-    return SynthSummary(
-        root=root,
-        episodes=cfg.episodes,
-        frames=start,
-        video_files={k: w.files for k, w in videos.items()},
-        data_files=data_roll.chunk * cfg.chunks_size + data_roll.file,
-    )
