@@ -134,79 +134,111 @@ def _judge(report: Report, *, strict: bool) -> None:
     kind, _ = parse_device(report.device)
     cuda = report.environment.cuda
     where = "cpu" if kind == "cpu" else f"cuda:{cuda.index}" if cuda and cuda.available else report.device
+    _note_encoders(report)
+    blocked = _blocker(report, kind, where)
+    if blocked is not None:
+        return _fail(report, *blocked)
+    if report.dataset is None:
+        return _judge_probe(report, kind, where, strict=strict)
+    cams = report.dataset.cameras
+    if not cams:
+        report.verdict.append("VERDICT: dataset has no video features: nothing to decode")
+        return None
+    if kind == "cpu":
+        return _judge_cpu(report, cams)
+    return _judge_gpu(report, cams, where, strict=strict)
+
+
+def _fail(report: Report, line: str, code: int = EXIT_NOT_DECODABLE) -> None:
+    """Make ``line`` the verdict: a failure is the verdict; anything judged before it (e.g. "decodable, but via
+    CPU") becomes a note."""
+    report.notes[:0] = [v.removeprefix("VERDICT: ") for v in report.verdict]
+    report.verdict[:] = [f"VERDICT: {line}"]
+    report.exit_code = code
+
+
+def _note_encoders(report: Report) -> None:
+    """Note a codec PyAV cannot encode: it decides nothing about decoding, but `roboreel compile` needs it."""
     probes = {p.codec: p for p in report.probes}
     for codec in ("hevc",):
         p = probes.get(codec)
         if p is not None and p.encoder is None:
             report.notes.append(f"PyAV cannot encode {codec}: `roboreel compile` will fail ({p.encode_error})")
 
-    def fail(line: str, code: int = EXIT_NOT_DECODABLE) -> None:
-        # A failure is the verdict; anything judged before it (e.g. "decodable, but via CPU") becomes a note.
-        report.notes[:0] = [v.removeprefix("VERDICT: ") for v in report.verdict]
-        report.verdict[:] = [f"VERDICT: {line}"]
-        report.exit_code = code
 
+def _blocker(report: Report, kind: str, where: str) -> tuple[str, int] | None:
+    """Why nothing can be decoded on ``where`` whatever the clips (the failure line and exit code), checked
+    before any clip: an unreadable dataset, no torchcodec, no CUDA device, or cuda decode that never reaches
+    NVDEC. None: go on and judge the clips."""
     if report.dataset_path is not None and report.dataset is None:
-        return fail(f"cannot read {report.dataset_path}: {report.dataset_error}", EXIT_UNREADABLE)
+        return f"cannot read {report.dataset_path}: {report.dataset_error}", EXIT_UNREADABLE
     if not report.environment.torchcodec.get("installed"):
-        return fail(f"cannot decode on {where}: torchcodec is not importable "
-                    f"({report.environment.torchcodec.get('error')})")
+        return (f"cannot decode on {where}: torchcodec is not importable "
+                f"({report.environment.torchcodec.get('error')})", EXIT_NOT_DECODABLE)
+    cuda = report.environment.cuda
     if kind == "cuda" and not (cuda and cuda.available):
-        return fail(f"cannot decode on {report.device}: no CUDA device ({cuda.reason if cuda else 'unknown'})")
+        return (f"cannot decode on {report.device}: no CUDA device ({cuda.reason if cuda else 'unknown'})",
+                EXIT_NOT_DECODABLE)
     if kind == "cuda":
         silent = _silent_fallback(report, where)
         if silent is not None:
-            return fail(silent)
+            return silent, EXIT_NOT_DECODABLE
+    return None
 
-    if report.dataset is None:
-        p = probes.get(COMPILED_CODEC)
-        outcome = (p.cpu if kind == "cpu" else p.cuda) if p else None
-        if outcome is None:
-            return fail(f"cannot check {COMPILED_CODEC} decoding on {where}: no {COMPILED_CODEC} probe clip "
-                        f"({p.encode_error if p else 'not run'})")
-        if not outcome.ok:
-            return fail(f"cannot decode {COMPILED_CODEC} (roboreel's compiled clips) on {where}: {outcome.error}"
-                        + _torchcodec_hint(report, outcome.error))
-        engine = outcome.engine
-        report.verdict.append(f"VERDICT: this environment decodes {COMPILED_CODEC} (roboreel's compiled clips) on "
-                              f"{where}" + (f" via {engine}" if kind == "cuda" else ""))
-        if engine == "cpu-fallback":
-            report.notes.append(f"{COMPILED_CODEC} probe fell back to CPU decode on {where}: {outcome.fallback}")
-            if strict:
-                fail(f"{COMPILED_CODEC} is not decoded by NVDEC on {where} (--strict)")
-        return None
 
-    cams = report.dataset.cameras
-    if not cams:
-        report.verdict.append("VERDICT: dataset has no video features: nothing to decode")
-        return None
+def _judge_probe(report: Report, kind: str, where: str, *, strict: bool) -> None:
+    """No dataset: judge the hevc probe clip, standing for roboreel's compiled clips."""
+    p = {p.codec: p for p in report.probes}.get(COMPILED_CODEC)
+    outcome = (p.cpu if kind == "cpu" else p.cuda) if p else None
+    if outcome is None:
+        return _fail(report, f"cannot check {COMPILED_CODEC} decoding on {where}: no {COMPILED_CODEC} probe clip "
+                             f"({p.encode_error if p else 'not run'})")
+    if not outcome.ok:
+        return _fail(report, f"cannot decode {COMPILED_CODEC} (roboreel's compiled clips) on {where}: "
+                             f"{outcome.error}" + _torchcodec_hint(report, outcome.error))
+    engine = outcome.engine
+    report.verdict.append(f"VERDICT: this environment decodes {COMPILED_CODEC} (roboreel's compiled clips) on "
+                          f"{where}" + (f" via {engine}" if kind == "cuda" else ""))
+    if engine == "cpu-fallback":
+        report.notes.append(f"{COMPILED_CODEC} probe fell back to CPU decode on {where}: {outcome.fallback}")
+        if strict:
+            _fail(report, f"{COMPILED_CODEC} is not decoded by NVDEC on {where} (--strict)")
+    return None
+
+
+def _judge_cpu(report: Report, cams: list) -> None:
+    """A dataset on the CPU: decodable when every camera decodes there; else the first that does not."""
     bad_cpu = [c for c in cams if not c.cpu.ok]
-    if kind == "cpu":
-        if bad_cpu:
-            c = bad_cpu[0]
-            return fail(f"cannot decode on cpu: camera {c.key} ({c.codec} {c.width}x{c.height}, {c.clip}): "
-                        f"{c.cpu.error}" + (f" (and {len(bad_cpu) - 1} more cameras)" if len(bad_cpu) > 1 else ""))
-        report.verdict.append(f"VERDICT: dataset decodable on cpu ({_summary(cams)})")
-        return None
+    if bad_cpu:
+        c = bad_cpu[0]
+        return _fail(report, f"cannot decode on cpu: camera {c.key} ({c.codec} {c.width}x{c.height}, {c.clip}): "
+                             f"{c.cpu.error}" + _more(bad_cpu))
+    report.verdict.append(f"VERDICT: dataset decodable on cpu ({_summary(cams)})")
+    return None
+
+
+def _judge_gpu(report: Report, cams: list, where: str, *, strict: bool) -> None:
+    """A dataset on a GPU: fails on a camera cuda cannot decode, or one that falls back to the CPU silently (or
+    may have, unreported); a fallback the NVDEC table predicts passes with a note (fails with ``strict``)."""
     bad_gpu = [c for c in cams if c.gpu_status == "failed"]
     if bad_gpu:
         c = bad_gpu[0]
-        return fail(f"cannot decode on {where}: camera {c.key} ({c.codec} {c.width}x{c.height}): {c.gpu_reason}"
-                    + _torchcodec_hint(report, c.gpu_reason))
-    for c in bad_cpu:
+        return _fail(report, f"cannot decode on {where}: camera {c.key} ({c.codec} {c.width}x{c.height}): "
+                             f"{c.gpu_reason}" + _torchcodec_hint(report, c.gpu_reason))
+    for c in [c for c in cams if not c.cpu.ok]:
         report.notes.append(f"camera {c.key} does not decode on the CPU ({c.cpu.error}): no CPU fallback for it")
     unexpected = [c for c in cams if c.gpu_status == "cpu-fallback" and c.nvdec_ok]
     if unexpected:
         c = unexpected[0]
-        return fail(f"cuda decode silently falls back to the CPU on {where}: camera {c.key} ({c.codec} "
-                    f"{c.width}x{c.height}) is within NVDEC's limits, yet torchcodec decoded it on the CPU "
-                    f"(\"{c.gpu.fallback if c.gpu else c.gpu_reason}\")" + (_cause_hint(c.gpu) if c.gpu else "")
-                    + (f" (and {len(unexpected) - 1} more cameras)" if len(unexpected) > 1 else ""))
+        return _fail(report, f"cuda decode silently falls back to the CPU on {where}: camera {c.key} ({c.codec} "
+                             f"{c.width}x{c.height}) is within NVDEC's limits, yet torchcodec decoded it on the CPU "
+                             f"(\"{c.gpu.fallback if c.gpu else c.gpu_reason}\")"
+                             + (_cause_hint(c.gpu) if c.gpu else "") + _more(unexpected))
     unknown = [c for c in cams if c.gpu_status == "cuda"]
     if unknown:
-        return fail(f"cannot tell NVDEC from a silent CPU fallback on {where} for camera {unknown[0].key}: "
-                    f"torchcodec {report.environment.torchcodec.get('version')} does not report "
-                    "VideoDecoder.cpu_fallback (install `torchcodec>=0.15`, docs/gpu.md)")
+        return _fail(report, f"cannot tell NVDEC from a silent CPU fallback on {where} for camera {unknown[0].key}: "
+                             f"torchcodec {report.environment.torchcodec.get('version')} does not report "
+                             "VideoDecoder.cpu_fallback (install `torchcodec>=0.15`, docs/gpu.md)")
     fallback = [c for c in cams if c.gpu_status == "cpu-fallback"]
     nvdec = sum(c.gpu_status == "nvdec" for c in cams)
     report.verdict.append(f"VERDICT: dataset decodable on {where} ({_summary(cams)}; NVDEC for {nvdec} of "
@@ -215,8 +247,13 @@ def _judge(report: Report, *, strict: bool) -> None:
         report.notes.append(f"camera {c.key} ({c.codec} {c.width}x{c.height}) is decoded on the CPU, then moved "
                             f"to {where}: {c.gpu_reason}")
     if fallback and strict:
-        fail(f"{len(fallback)} of {len(cams)} cameras are not decoded by NVDEC on {where} (--strict)")
+        _fail(report, f"{len(fallback)} of {len(cams)} cameras are not decoded by NVDEC on {where} (--strict)")
     return None
+
+
+def _more(cams: list) -> str:
+    """A failure line names the first of ``cams``; this tail counts the rest ("" when there are none)."""
+    return f" (and {len(cams) - 1} more cameras)" if len(cams) > 1 else ""
 
 
 def _summary(cams: list) -> str:
