@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from roboreel.bench.readers import (
     LATENCY_KEY,
     README_READERS,
     SOURCE_READERS,
+    Built,
     build,
     mixture_members,
     to_device,
@@ -92,143 +93,272 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     spends nearly all its time past its first seconds, where every reader has its decoders opened, its heap
     faulted in and its buffers allocated; a small benchmark dataset's first epoch is mostly those seconds. Every
     reader gets the same treatment, LeRobotDataset included."""
-    built = build(reader, mode, compiled=compiled, source=source, episode_pool_size=cfg.episode_pool_size, seed=cfg.seed + repeat,
-                  decode_device=cfg.decode_device, storage_options=storage_options, return_uint8=cfg.return_uint8,
-                  resize=tuple(cfg.resize) if cfg.resize else None, weights=cfg.weights,
-                  remap_file=cfg.remap_file, pad=cfg.pad)
-    workers = 0 if reader == "loader_inproc" else cfg.num_workers
-    loader_kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "num_workers": workers}
+    job = _Job(reader, mode, compiled=compiled, source=source, where=where, repeat=repeat,
+               storage_options=storage_options)
+    reading = _open_reading(job, cfg)
+    if reading.gpu:
+        torch.cuda.synchronize(reading.device)
+        torch.cuda.reset_peak_memory_stats(reading.device)
+    with PeakRSS() as mem:
+        tally = _Tally(t0=time.perf_counter())
+        _read_warmup_epochs(reading, tally)
+        stats_before = reading.built.stats() if reading.built.stats else None
+        _read_steady_window(reading, tally)
+        _close_reading(reading, tally)
+    _check_steady_window(job, cfg, tally)
+    stats = _stats_since(reading.built, stats_before)
+    gpu_mem = _gpu_memory(reading)
+    cameras = reading.built.cameras
+    ceiling = ceiling_frames_per_s / cameras if ceiling_frames_per_s and cameras else None
+    return {
+        "reader": reader, "mode": mode, "where": where, "repeat": repeat, **asdict(cfg),
+        **_throughput(tally, ceiling),
+        "peak_rss_mb": mem.peak / 2**20,
+        **_order_figures(tally.order, reader, compiled=compiled, source=source, storage_options=storage_options),
+        **_costs(reading, tally, stats),
+        **gpu_mem,
+    }
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What one run reads, and where: ``run_one``'s arguments besides its RunConfig, as one value for its steps."""
+
+    reader: str
+    mode: str
+    compiled: str
+    source: str
+    where: str
+    repeat: int
+    storage_options: dict | None
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """A built reader and the loader driving it: what every step of the run's loop reads from."""
+
+    built: Built
+    loader: Any  # a DataLoader, or roboreel's DeviceLoader when ``staged``
+    staged: bool  # decoded in the main process (roboreel.loader): latency and stage wait come from the loader
+    device: torch.device
+    cfg: RunConfig
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+
+@dataclass
+class _Tally:
+    """What the run's loop counts as batches arrive (warm-up and steady window alike), read once it is over."""
+
+    t0: float  # when the loop began: first_batch_s is measured from here
+    latencies: list[float] = field(default_factory=list)  # worker (+ decode stage) seconds per sample, per batch
+    order: OrderMeter = field(default_factory=OrderMeter)  # distinct episodes, near-duplicate pairs (reader/order.py)
+    steady_samples: int = 0
+    first_batch_s: float | None = None
+    frame_dtype: str | None = None  # what the camera tensors really were (the run's return_uint8 setting, checked)
+    t_steady: float | None = None
+    t_end: float | None = None
+    cpu_steady: float | None = None
+    cpu_end: float | None = None
+    n_batches: int = 0
+    warmup_samples: int = 0  # read in the warm-up epochs
+    steady_epochs: int = 0  # epochs the steady window touched (several when the dataset is smaller than the window)
+    epoch_starts: list[float] = field(default_factory=list)  # iter() to first batch, each epoch from the steady one
+
+
+def _open_reading(job: _Job, cfg: RunConfig) -> _Reading:
+    """Build the reader and the loader it is read through, as its users would (see ``_loader``)."""
+    built = build(job.reader, job.mode, compiled=job.compiled, source=job.source,
+                  episode_pool_size=cfg.episode_pool_size, seed=cfg.seed + job.repeat,
+                  decode_device=cfg.decode_device, storage_options=job.storage_options,
+                  return_uint8=cfg.return_uint8, resize=tuple(cfg.resize) if cfg.resize else None,
+                  weights=cfg.weights, remap_file=cfg.remap_file, pad=cfg.pad)
+    staged = built.compiled is not None and (built.staged or cfg.device_loader or job.reader in README_READERS)
+    loader = _loader(job, built, cfg, staged=staged)
+    return _Reading(built, loader, staged=staged, device=torch.device(cfg.decode_device), cfg=cfg)
+
+
+def _loader_kwargs(job: _Job, built: Built, cfg: RunConfig) -> dict[str, Any]:
+    """DataLoader's keywords for this run: one the DeviceLoader takes too, so both readers see the same knobs."""
+    workers = 0 if job.reader == "loader_inproc" else cfg.num_workers
+    kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "num_workers": workers}
     if workers > 0:
         # Persistent, as lerobot-train runs them: with a warm-up epoch, workers forked again each epoch would
         # inherit (and the tree's RSS count again) whatever the training process has grown since.
-        loader_kwargs.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers)
+        kwargs.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers)
     if built.map_style:
-        gen = torch.Generator().manual_seed(cfg.seed + repeat)
-        loader_kwargs["sampler"] = RandomSampler(built.dataset, generator=gen)
-    staged = built.compiled is not None and (built.staged or cfg.device_loader or reader in README_READERS)
-    if reader in README_READERS:
+        gen = torch.Generator().manual_seed(cfg.seed + job.repeat)
+        kwargs["sampler"] = RandomSampler(built.dataset, generator=gen)
+    return kwargs
+
+
+def _loader(job: _Job, built: Built, cfg: RunConfig, *, staged: bool) -> Any:
+    """The README readers through ``roboreel.loader`` as written there, other staged readers through a tuned
+    DeviceLoader, the rest through a plain DataLoader (decoding in its workers)."""
+    kwargs = _loader_kwargs(job, built, cfg)
+    if job.reader in README_READERS:
         import roboreel
 
         # The README's call as written: every other knob at its default (the refork variant: the old default)
-        extra: dict[str, Any] = {"persistent_workers": False} if reader == "loader_refork" and cfg.num_workers > 0 else {}
-        if reader == "loader_unmixed":
+        extra: dict[str, Any] = ({"persistent_workers": False}
+                                 if job.reader == "loader_refork" and cfg.num_workers > 0 else {})
+        if job.reader == "loader_unmixed":
             extra["mix_workers"] = False
-        loader: Any = roboreel.loader(built.compiled, batch_size=cfg.batch_size, num_workers=cfg.num_workers, **extra)
-    elif staged:
+        return roboreel.loader(built.compiled, batch_size=cfg.batch_size, num_workers=cfg.num_workers, **extra)
+    if staged:
         from roboreel.reader.loader import DeviceLoader
 
-        loader = DeviceLoader(built.compiled, prefetch_batches=cfg.prefetch_batches, decode_threads=cfg.decode_threads,
-                              channels_last=reader == "loader_cl", **loader_kwargs)
-    else:
-        loader = DataLoader(built.dataset, **loader_kwargs)
-    device = torch.device(cfg.decode_device)
-    gpu = device.type == "cuda"
-    if gpu:
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
+        return DeviceLoader(built.compiled, prefetch_batches=cfg.prefetch_batches, decode_threads=cfg.decode_threads,
+                            channels_last=job.reader == "loader_cl", **kwargs)
+    return DataLoader(built.dataset, **kwargs)
 
-    latencies: list[float] = []
-    order = OrderMeter()  # distinct episodes and near-duplicate pairs per steady batch (reader/order.py)
-    steady_samples = 0
-    first_batch_s = None
-    frame_dtype = None  # what the camera tensors really were (the run's return_uint8 setting, checked)
-    t_steady = t_end = None
-    cpu_steady = cpu_end = None
-    n_batches = 0
-    warmup_samples = 0  # read in the warm-up epochs
-    steady_epochs = 0  # epochs the steady window touched (several when the dataset is smaller than the window)
-    epoch_starts: list[float] = []  # seconds from iter() to the first batch, each epoch from the steady one on
-    with PeakRSS() as mem:
-        t0 = time.perf_counter()
-        for epoch in range(cfg.warmup_epochs):
-            _set_epoch(loader, built.dataset, epoch)
-            for batch in loader:
-                batch.pop(LATENCY_KEY, None)
-                warmup_samples += to_device(batch, device)
-                if first_batch_s is None:
-                    first_batch_s = time.perf_counter() - t0
-                    frame_dtype = _frame_dtype(batch, built.camera_keys)
-        stats_before = built.stats() if built.stats else None
-        epoch = cfg.warmup_epochs
-        while True:  # the steady window; past the epoch's end only with span_epochs, as a training loop goes on
-            _set_epoch(loader, built.dataset, epoch)
-            before, t_iter = n_batches, time.perf_counter()
-            it = iter(loader)
-            for batch in it:
-                if n_batches == before:  # what an epoch's start costs the loop: iter() to its first batch
-                    epoch_starts.append(time.perf_counter() - t_iter)
-                lat_s = loader.last_batch_seconds if staged else float(batch.pop(LATENCY_KEY).sum())
-                n = to_device(batch, device)
-                now = time.perf_counter()
-                n_batches += 1
-                if first_batch_s is None:
-                    first_batch_s = now - t0
-                    frame_dtype = _frame_dtype(batch, built.camera_keys)
-                if n_batches == cfg.warmup_batches + 1 and t_steady is None:
-                    t_steady = now  # the steady window starts when the first post-warm-up batch arrives
-                    cpu_steady = tree_cpu_seconds()
-                elif t_steady is not None:
-                    steady_samples += n
-                    latencies.append(lat_s / max(1, n))  # worker (+ decode stage) time per sample, per batch
-                    order.add(*order_keys({k: batch[k].cpu() for k in ORDER_KEYS if k in batch}))
-                    t_end = now
-                if t_steady is not None and (
-                    (cfg.seconds is not None and now - t_steady >= cfg.seconds)
-                    or (cfg.seconds is None and n_batches >= cfg.warmup_batches + 1 + cfg.batches)
-                ):
-                    cpu_end = tree_cpu_seconds()  # before the workers exit (their CPU time leaves with them)
-                    break
-            del it
-            steady_epochs += t_steady is not None
-            # warm-up batches come from the steady epoch alone: a window that has not begun by its end never will
-            if cpu_end is not None or not cfg.span_epochs or n_batches == before or t_steady is None:
-                break
-            epoch += 1
-        if cpu_end is None and cpu_steady is not None:
-            cpu_end = tree_cpu_seconds()
-        if hasattr(loader, "close"):
-            loader.close()
-        gc.collect()
-    if steady_samples == 0 or t_end is None or t_steady is None or t_end <= t_steady:
+
+def _note_first_batch(tally: _Tally, batch: dict[str, Any], built: Built, now: float) -> None:
+    """Time to the run's first batch (warm-up epochs included: a user waits for it all the same), and its dtype."""
+    if tally.first_batch_s is None:
+        tally.first_batch_s = now - tally.t0
+        tally.frame_dtype = _frame_dtype(batch, built.camera_keys)
+
+
+def _read_warmup_epochs(reading: _Reading, tally: _Tally) -> None:
+    """The untimed whole epochs before the steady one: decoders opened, heap faulted in, as training's are."""
+    for epoch in range(reading.cfg.warmup_epochs):
+        _set_epoch(reading.loader, reading.built.dataset, epoch)
+        for batch in reading.loader:
+            batch.pop(LATENCY_KEY, None)
+            tally.warmup_samples += to_device(batch, reading.device)
+            _note_first_batch(tally, batch, reading.built, time.perf_counter())
+
+
+def _read_steady_window(reading: _Reading, tally: _Tally) -> None:
+    """Epochs from the first after the warm-up ones, until the window is full; past an epoch's end only with
+    ``span_epochs``, as a training loop goes on. Warm-up batches come from the steady epoch alone: a window that
+    has not begun by its end never will."""
+    epoch = reading.cfg.warmup_epochs
+    while True:
+        read = _read_steady_epoch(reading, tally, epoch)
+        if tally.cpu_end is not None or not reading.cfg.span_epochs or read == 0 or tally.t_steady is None:
+            break
+        epoch += 1
+
+
+def _read_steady_epoch(reading: _Reading, tally: _Tally, epoch: int) -> int:
+    """One epoch of the steady window, timing what its start costs the loop (iter() to its first batch);
+    returns the batches it read."""
+    _set_epoch(reading.loader, reading.built.dataset, epoch)
+    before, t_iter = tally.n_batches, time.perf_counter()
+    it = iter(reading.loader)
+    for batch in it:
+        if tally.n_batches == before:
+            tally.epoch_starts.append(time.perf_counter() - t_iter)
+        if _take_batch(reading, tally, batch):
+            break
+    del it
+    tally.steady_epochs += tally.t_steady is not None
+    return tally.n_batches - before
+
+
+def _take_batch(reading: _Reading, tally: _Tally, batch: dict[str, Any]) -> bool:
+    """Count one batch: the steady window starts when the first post-warm-up batch arrives; True once it is full
+    (CPU time read before the workers exit: theirs leaves with them)."""
+    cfg = reading.cfg
+    lat_s = reading.loader.last_batch_seconds if reading.staged else float(batch.pop(LATENCY_KEY).sum())
+    n = to_device(batch, reading.device)
+    now = time.perf_counter()
+    tally.n_batches += 1
+    _note_first_batch(tally, batch, reading.built, now)
+    if tally.n_batches == cfg.warmup_batches + 1 and tally.t_steady is None:
+        tally.t_steady = now
+        tally.cpu_steady = tree_cpu_seconds()
+    elif tally.t_steady is not None:
+        tally.steady_samples += n
+        tally.latencies.append(lat_s / max(1, n))
+        tally.order.add(*order_keys({k: batch[k].cpu() for k in ORDER_KEYS if k in batch}))
+        tally.t_end = now
+    if tally.t_steady is not None and _window_full(cfg, tally, now):
+        tally.cpu_end = tree_cpu_seconds()
+        return True
+    return False
+
+
+def _window_full(cfg: RunConfig, tally: _Tally, now: float) -> bool:
+    """``cfg.seconds`` of steady window when set, else ``cfg.batches`` steady batches."""
+    if cfg.seconds is not None:
+        return now - tally.t_steady >= cfg.seconds
+    return tally.n_batches >= cfg.warmup_batches + 1 + cfg.batches
+
+
+def _close_reading(reading: _Reading, tally: _Tally) -> None:
+    """End the window's CPU count if the data ran out first, then release the loader (its workers) and garbage,
+    still inside the peak-RSS watch."""
+    if tally.cpu_end is None and tally.cpu_steady is not None:
+        tally.cpu_end = tree_cpu_seconds()
+    if hasattr(reading.loader, "close"):
+        reading.loader.close()
+    gc.collect()
+
+
+def _check_steady_window(job: _Job, cfg: RunConfig, tally: _Tally) -> None:
+    """A run whose steady window holds no samples measured nothing: say so, and what to change."""
+    if tally.steady_samples == 0 or tally.t_end is None or tally.t_steady is None or tally.t_end <= tally.t_steady:
         raise BenchError(
-            f"{reader}/{mode}: no samples in the steady window ({n_batches} batches in all, warm-up "
+            f"{job.reader}/{job.mode}: no samples in the steady window ({tally.n_batches} batches in all, warm-up "
             f"{cfg.warmup_batches}); use a larger dataset or fewer warm-up batches"
         )
-    sps = steady_samples / (t_end - t_steady)
-    stats = None
-    if built.stats:
-        after = built.stats()
-        stats = {k: after[k] - (stats_before or {}).get(k, 0) for k in after}
-    gpu_mem = {"gpu_max_allocated_mb": None, "gpu_max_reserved_mb": None}
-    if gpu:
-        torch.cuda.synchronize(device)
-        gpu_mem = {"gpu_max_allocated_mb": torch.cuda.max_memory_allocated(device) / 2**20,
-                   "gpu_max_reserved_mb": torch.cuda.max_memory_reserved(device) / 2**20}
-    lat_ms = np.array(latencies) * 1e3
-    ceiling = ceiling_frames_per_s / built.cameras if ceiling_frames_per_s and built.cameras else None
+
+
+def _stats_since(built: Built, before: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The reader's counters over the steady window alone (warm-up epochs subtracted); None without counters."""
+    if not built.stats:
+        return None
+    after = built.stats()
+    return {k: after[k] - (before or {}).get(k, 0) for k in after}
+
+
+def _gpu_memory(reading: _Reading) -> dict[str, float | None]:
+    """Peak GPU memory since the run's start (reset before it), in MB; None off the GPU."""
+    if not reading.gpu:
+        return {"gpu_max_allocated_mb": None, "gpu_max_reserved_mb": None}
+    torch.cuda.synchronize(reading.device)
+    return {"gpu_max_allocated_mb": torch.cuda.max_memory_allocated(reading.device) / 2**20,
+            "gpu_max_reserved_mb": torch.cuda.max_memory_reserved(reading.device) / 2**20}
+
+
+def _throughput(tally: _Tally, ceiling: float | None) -> dict[str, Any]:
+    """samples/s as wall clock over the steady window, its share of the ceiling, first batch and latency
+    percentiles (per sample, over the steady batches)."""
+    steady_s = tally.t_end - tally.t_steady
+    sps = tally.steady_samples / steady_s
+    lat_ms = np.array(tally.latencies) * 1e3
     return {
-        "reader": reader, "mode": mode, "where": where, "repeat": repeat, **asdict(cfg),
-        "samples": steady_samples, "warmup_samples": warmup_samples, "steady_s": t_end - t_steady, "samples_per_s": sps,
-        "steady_epochs": steady_epochs, "epoch_start_s": float(np.median(epoch_starts)) if epoch_starts else None,
+        "samples": tally.steady_samples, "warmup_samples": tally.warmup_samples, "steady_s": steady_s,
+        "samples_per_s": sps, "steady_epochs": tally.steady_epochs,
+        "epoch_start_s": float(np.median(tally.epoch_starts)) if tally.epoch_starts else None,
         "ceiling_samples_per_s": ceiling, "ceiling_fraction": sps / ceiling if ceiling else None,
-        "first_batch_s": first_batch_s,
+        "first_batch_s": tally.first_batch_s,
         "latency_p50_ms": float(np.percentile(lat_ms, 50)), "latency_p95_ms": float(np.percentile(lat_ms, 95)),
         "latency_p99_ms": float(np.percentile(lat_ms, 99)),
-        "peak_rss_mb": mem.peak / 2**20,
-        **_order_figures(order, reader, compiled=compiled, source=source, storage_options=storage_options),
-        "cpu_ms_per_sample": (cpu_end - cpu_steady) * 1e3 / steady_samples
-        if cpu_end is not None and cpu_steady is not None else None,
+    }
+
+
+def _costs(reading: _Reading, tally: _Tally, stats: dict[str, Any] | None) -> dict[str, Any]:
+    """What the steady window cost: CPU time per sample, the reader's own counters, where decoding ran."""
+    cpu_ms = ((tally.cpu_end - tally.cpu_steady) * 1e3 / tally.steady_samples
+              if tally.cpu_end is not None and tally.cpu_steady is not None else None)
+    return {
+        "cpu_ms_per_sample": cpu_ms,
         "decode_s": stats.get("decode_seconds") if stats else None,
         "fetch_s": stats.get("fetch_seconds") if stats else None,
         "decoder_opens": stats.get("decoder_opens") if stats else None,
         "decoder_reuses": stats.get("decoder_reuses") if stats else None,
         "reader_stats": stats,
-        "cameras": built.cameras,
-        "frame_dtype": frame_dtype,
-        "decode_stage": "main-process" if staged else "dataloader-workers",
+        "cameras": reading.built.cameras,
+        "frame_dtype": tally.frame_dtype,
+        "decode_stage": "main-process" if reading.staged else "dataloader-workers",
         "fallback_clips": stats.get("fallback_clips") if stats else None,
-        "stage_wait_s": loader.stats()["wait_seconds"] if staged else None,
-        **gpu_mem,
+        "stage_wait_s": reading.loader.stats()["wait_seconds"] if reading.staged else None,
     }
 
 
