@@ -10,7 +10,7 @@ import platform
 import statistics
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,102 +120,175 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
     ``lerobot_python``: an interpreter with LeRobot installed (its own venv); the ``lerobot`` reader runs there
     (external.py) instead of in this process. ``isolate``: every run in a fresh Python process of its own
     (external.py), so peak RSS and CPU time are that reader's alone, not what earlier runs left in the heap."""
+    plan = _Plan(readers=tuple(_available_readers(readers, lerobot_python, echo)), modes=tuple(modes), cfg=cfg,
+                 repeats=repeats, lerobot_python=lerobot_python, isolate=isolate, echo=echo)
+    first = compiled.split(",")[0]  # a mixture (a,b,...): the ceiling and shapes of its first member
+    ceilings = _Ceilings(clips=compiled_clips(first) if ceiling else [], echo=echo,
+                         seconds=CEILING_SECONDS if ceiling_seconds is None else ceiling_seconds)
+    transport = _transport_bound(first, cfg, echo) if ceiling else None
+    stack = contextlib.ExitStack()
+    if ceilings.clips:
+        ceilings.meter = stack.enter_context(CeilingMeter(ceilings.clips))
+    places = _open_places(stack, compiled, source, remote_latency_ms=remote_latency_ms, s3=s3)
+    with stack:
+        runs = [res for place in places for res in _run_place(plan, place, ceilings)]
+    return _write_reports(out, runs, plan, compiled=compiled, ceilings=ceilings, transport=transport)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What every round of a suite runs, and how: the readers left to run, modes, repeats, where they run."""
+
+    readers: tuple[str, ...]
+    modes: tuple[str, ...]
+    cfg: RunConfig
+    repeats: int
+    lerobot_python: str | None  # the lerobot reader's own interpreter (None: this process, or none)
+    isolate: bool  # every local (and S3) run in a fresh Python process of its own
+    echo: Any  # print, or what the caller prints with
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where a round reads from: its label in the reports and the two datasets' addresses there."""
+
+    where: str
+    compiled: str
+    source: str
+
+
+@dataclass
+class _Ceilings:
+    """The decode ceiling over a suite: the decode processes kept open for every measurement (``meter``, None
+    without a ceiling) and every local measurement, in order: before each run and after a round's last."""
+
+    clips: list[Any]
+    seconds: float  # least length of one measurement
+    echo: Any
+    meter: CeilingMeter | None = None
+    measured: list[float] = field(default_factory=list)
+
+    def measure(self, where: str, mode: str, r: int) -> float | None:
+        """The ceiling now: measured locally (one pass of >= ``seconds``), so that each run is set against the
+        passes just before and just after it and a host whose speed drifts moves the ceiling with the reader
+        instead of skewing its share; remote runs use the median of the local ones so far."""
+        if self.meter is None:
+            return None
+        if where == "local":
+            self.measured.append(self.meter.measure(min_seconds=self.seconds))
+            self.echo(f"decode ceiling ({mode} #{r}): {self.measured[-1]:,.0f} frames/s (sequential decode of "
+                      f"{len(self.clips)} compiled clips, one process per core)")
+            return self.measured[-1]
+        return self.median()
+
+    def median(self) -> float | None:
+        return statistics.median(self.measured) if self.measured else None
+
+
+def _available_readers(readers: list[str], lerobot_python: str | None, echo: Any) -> list[str]:
+    """``readers`` less ``lerobot`` when LeRobot is neither importable here nor given an interpreter of its own
+    (said, not raised: the other readers still compare)."""
     readers = list(readers)
     if "lerobot" in readers and lerobot_python is None:
         ok, why = lerobot_available()
         if not ok:
             echo(f"skipping reader 'lerobot': {why} (--lerobot-python runs it in LeRobot's own venv)")
             readers.remove("lerobot")
-    transport = None
-    ceilings: list[float] = []  # every local measurement, in order: before each run and after a round's last
-    first = compiled.split(",")[0]  # a mixture (a,b,...): the ceiling and shapes of its first member
-    clips = compiled_clips(first) if ceiling else []
+    return readers
 
-    meter: CeilingMeter | None = None  # decode processes kept for every measurement (opened below)
-    seconds = CEILING_SECONDS if ceiling_seconds is None else ceiling_seconds
 
-    def measure_ceiling(where: str, mode: str, r: int) -> float | None:
-        """The ceiling now: measured locally (one pass of >= ``seconds``), so that each run is set against the
-        passes just before and just after it and a host whose speed drifts moves the ceiling with the reader
-        instead of skewing its share; remote runs use the median of the local ones so far."""
-        if meter is None:
-            return None
-        if where == "local":
-            ceilings.append(meter.measure(min_seconds=seconds))
-            echo(f"decode ceiling ({mode} #{r}): {ceilings[-1]:,.0f} frames/s (sequential decode of {len(clips)} "
-                 "compiled clips, one process per core)")
-            return ceilings[-1]
-        return statistics.median(ceilings) if ceilings else None
+def _transport_bound(first: str, cfg: RunConfig, echo: Any) -> float:
+    """What a DataLoader alone moves for samples of ``first``'s shapes (no decode): the charts' other ceiling."""
+    shapes = [(3, c.height, c.width) for c in load_manifest(first).cameras]
+    transport = transport_bound(shapes, return_uint8=cfg.return_uint8, batch_size=cfg.batch_size,
+                                num_workers=cfg.num_workers, prefetch_factor=cfg.prefetch_factor)
+    echo(f"transport bound: {transport:,.0f} samples/s (a DataLoader moving {'uint8' if cfg.return_uint8 else 'float32'}"
+         f" samples of these shapes with no decode, batch {cfg.batch_size}, {cfg.num_workers} workers)")
+    return transport
 
-    if ceiling:
-        shapes = [(3, c.height, c.width) for c in load_manifest(first).cameras]
-        transport = transport_bound(shapes, return_uint8=cfg.return_uint8, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
-                                    prefetch_factor=cfg.prefetch_factor)
-        echo(f"transport bound: {transport:,.0f} samples/s (a DataLoader moving {'uint8' if cfg.return_uint8 else 'float32'}"
-             f" samples of these shapes with no decode, batch {cfg.batch_size}, {cfg.num_workers} workers)")
-    runs: list[dict[str, Any]] = []
-    places = [("local", compiled, source)]
-    stack = contextlib.ExitStack()
-    if clips:
-        meter = stack.enter_context(CeilingMeter(clips))
+
+def _open_places(stack: contextlib.ExitStack, compiled: str, source: str, *, remote_latency_ms: float | None,
+                 s3: bool) -> list[_Place]:
+    """Local first, then the servers asked for, opened on ``stack`` (closed with it after the last round)."""
+    places = [_Place("local", compiled, source)]
     if remote_latency_ms is not None:
         rc, rs = stack.enter_context(served(compiled, source, remote_latency_ms))
-        places.append((f"http+{remote_latency_ms:g}ms", rc, rs))
+        places.append(_Place(f"http+{remote_latency_ms:g}ms", rc, rs))
     if s3:
         from roboreel.bench.s3server import served_s3
 
-        places.append(("s3", stack.enter_context(served_s3({"compiled": compiled}))["compiled"], source))
-    with stack:
-        for where, c, s in places:
-            for mode in modes:
-                for r in range(repeats):
-                    before = measure_ceiling(where, mode, r)
-                    for reader in readers:
-                        if where == "s3" and reader in SOURCE_READERS:
-                            continue  # the bucket holds the compiled dataset; the source is read locally
-                        run_cfg = cfg
-                        if where.startswith("http") and reader != "compiled":
-                            # per-frame range requests at tens of ms each: a short window measures it fine
-                            run_cfg = replace(cfg, batches=max(2, cfg.batches // 8), seconds=None)
-                        if reader == "lerobot" and lerobot_python is not None:
-                            res = run_external(lerobot_python, reader, mode, compiled=c, source=s, cfg=run_cfg,
-                                               where=where, repeat=r)
-                        elif isolate and where in ("local", "s3"):  # the HTTP server is this process's own
-                            res = run_external(sys.executable, reader, mode, compiled=c, source=s, cfg=run_cfg,
-                                               where=where, repeat=r)
-                        else:
-                            res = run_one(reader, mode, compiled=c, source=s, cfg=run_cfg, where=where, repeat=r)
-                        after = measure_ceiling(where, mode, r)
-                        set_ceiling(res, before, after)
-                        before = after
-                        runs.append(res)
-                        frac = f", {res['ceiling_fraction']:.0%} of ceiling" if res["ceiling_fraction"] else ""
-                        if res["ceiling_drift"] is not None and abs(res["ceiling_drift"]) >= DRIFT_NOTE:
-                            frac += f" (the ceiling moved {res['ceiling_drift']:+.0%} across this run)"
-                        echo(f"  {where:>12} {mode:>6} {reader:>9} #{r}: {res['samples_per_s']:8.1f} samples/s"
-                             f"{frac}, first batch {res['first_batch_s']:.2f}s, "
-                             f"{res['distinct_episodes_per_batch']:.1f} episodes and "
-                             f"{res['near_duplicate_pairs_per_batch']:.1f} near-duplicate pairs a batch, "
-                             f"peak RSS {res['peak_rss_mb']:.0f} MB, CPU {_ms(res.get('cpu_ms_per_sample'))} ms/sample"
-                             f"{_gpu_note(res)}")
-    ceiling_fps = statistics.median(ceilings) if ceilings else None
+        places.append(_Place("s3", stack.enter_context(served_s3({"compiled": compiled}))["compiled"], source))
+    return places
+
+
+def _run_place(plan: _Plan, place: _Place, ceilings: _Ceilings) -> Iterator[dict[str, Any]]:
+    """Every mode's rounds at ``place``: each round runs the readers in turn (A B A B ... across rounds), each run
+    set against the ceiling measured just before and just after it (a run's after: the next one's before)."""
+    for mode in plan.modes:
+        for r in range(plan.repeats):
+            before = ceilings.measure(place.where, mode, r)
+            for reader in plan.readers:
+                if place.where == "s3" and reader in SOURCE_READERS:
+                    continue  # the bucket holds the compiled dataset; the source is read locally
+                res = _run_reader(plan, place, reader, mode, r)
+                after = ceilings.measure(place.where, mode, r)
+                set_ceiling(res, before, after)
+                before = after
+                plan.echo(_run_line(res, place.where, mode, reader, r))
+                yield res
+
+
+def _run_reader(plan: _Plan, place: _Place, reader: str, mode: str, r: int) -> dict[str, Any]:
+    """One run, in LeRobot's interpreter, a fresh process of its own (``isolate``) or this one (over HTTP: the
+    server is this process's own)."""
+    cfg = plan.cfg
+    if place.where.startswith("http") and reader != "compiled":
+        # per-frame range requests at tens of ms each: a short window measures it fine
+        cfg = replace(cfg, batches=max(2, cfg.batches // 8), seconds=None)
+    if reader == "lerobot" and plan.lerobot_python is not None:
+        return run_external(plan.lerobot_python, reader, mode, compiled=place.compiled, source=place.source,
+                            cfg=cfg, where=place.where, repeat=r)
+    if plan.isolate and place.where in ("local", "s3"):
+        return run_external(sys.executable, reader, mode, compiled=place.compiled, source=place.source, cfg=cfg,
+                            where=place.where, repeat=r)
+    return run_one(reader, mode, compiled=place.compiled, source=place.source, cfg=cfg, where=place.where, repeat=r)
+
+
+def _run_line(res: dict[str, Any], where: str, mode: str, reader: str, r: int) -> str:
+    """A run's line in the log: throughput, its share of the ceiling (and the ceiling's drift across it when
+    large), order, memory, CPU and GPU figures."""
+    frac = f", {res['ceiling_fraction']:.0%} of ceiling" if res["ceiling_fraction"] else ""
+    if res["ceiling_drift"] is not None and abs(res["ceiling_drift"]) >= DRIFT_NOTE:
+        frac += f" (the ceiling moved {res['ceiling_drift']:+.0%} across this run)"
+    return (f"  {where:>12} {mode:>6} {reader:>9} #{r}: {res['samples_per_s']:8.1f} samples/s"
+            f"{frac}, first batch {res['first_batch_s']:.2f}s, "
+            f"{res['distinct_episodes_per_batch']:.1f} episodes and "
+            f"{res['near_duplicate_pairs_per_batch']:.1f} near-duplicate pairs a batch, "
+            f"peak RSS {res['peak_rss_mb']:.0f} MB, CPU {_ms(res.get('cpu_ms_per_sample'))} ms/sample"
+            f"{_gpu_note(res)}")
+
+
+def _write_reports(out: Path, runs: list[dict[str, Any]], plan: _Plan, *, compiled: str, ceilings: _Ceilings,
+                   transport: float | None) -> dict[str, Any]:
+    """runs.json/.csv, the chart, summary.json and summary.md under ``out``; the table echoed; the summary back."""
+    ceiling_fps = ceilings.median()
     rows = summarize(runs)
     table = markdown_table(rows)
     write_runs(out, runs)
     ceiling_sps = ceiling_fps / runs[0]["cameras"] if ceiling_fps and runs and runs[0]["cameras"] else None
-    label = data_label(compiled, cfg) if compiled else None
+    label = data_label(compiled, plan.cfg) if compiled else None
     png = chart(rows, out / "chart.png", ceiling_samples_per_s=ceiling_sps, transport_samples_per_s=transport,
                 title=label)
     summary = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "python": platform.python_version()},
-        "config": asdict(cfg), "data": label, "repeats": repeats, "ceiling_frames_per_s": ceiling_fps,
-        "ceiling_frames_per_s_measured": ceilings,
+        "config": asdict(plan.cfg), "data": label, "repeats": plan.repeats, "ceiling_frames_per_s": ceiling_fps,
+        "ceiling_frames_per_s_measured": ceilings.measured,
         "ceiling_samples_per_s": ceiling_sps, "transport_samples_per_s": transport, "summary": rows,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     note = f"\n\nData: {label}" if label else ""
     (out / "summary.md").write_text(table + note + "\n")
-    echo("\n" + table + note)
-    echo(f"\nwrote {out}/runs.json, runs.csv, summary.json, summary.md" + (f", {png.name}" if png else ""))
+    plan.echo("\n" + table + note)
+    plan.echo(f"\nwrote {out}/runs.json, runs.csv, summary.json, summary.md" + (f", {png.name}" if png else ""))
     return summary
