@@ -113,7 +113,7 @@ def test_validate_names_an_unfinished_compile_served_without_listings(small_comp
 def test_validate_source_retries_a_transient_fault(small_source, local_reports, target) -> None:
     path = {"info": "/meta/info.json", "mp4": first_mp4(small_source)}[target]
     with FaultyServer(small_source, faults=once(path)) as server:
-        report = validate(server.url, backoff_s=0.01)
+        report = validate(server.url, retry=Retry(backoff_s=0.01))
         assert server.faults_injected() == {"unavailable": 2}
     assert outcome(report) == local_reports["source"]
 
@@ -122,7 +122,7 @@ def test_validate_source_retries_a_transient_fault(small_source, local_reports, 
 def test_validate_compiled_retries_a_transient_fault(small_compiled, local_reports, target) -> None:
     path = {"manifest": "/roboreel.json", "info": "/meta/info.json", "shard": first_shard(small_compiled)}[target]
     with FaultyServer(small_compiled, faults=once(path)) as server:
-        report = validate(server.url, backoff_s=0.01)
+        report = validate(server.url, retry=Retry(backoff_s=0.01))
         assert server.faults_injected() == {"unavailable": 2}
     assert outcome(report) == local_reports["compiled"]
 
@@ -133,7 +133,7 @@ def test_validate_names_a_file_failing_beyond_the_budget_unreadable(small_source
     root = small_source if kind == "source" else small_compiled
     path = {"info": "/meta/info.json", "mp4": first_mp4(small_source), "shard": first_shard(small_compiled)}[target]
     with FaultyServer(root, faults=always(path)) as server:
-        report = validate(server.url, retries=2, backoff_s=0.01)
+        report = validate(server.url, retry=Retry(2, 0.01))
     assert report.exit_code == 2
     codes = {f.code for f in report.findings}
     assert "file-unreadable" in codes and not {c for c in codes if c.endswith("-missing")}

@@ -12,7 +12,7 @@ from typing import Any
 from roboreel.formats.lerobot_v3_layout import INFO_PATH
 from roboreel.formats.manifest import COMPILE_RECORD_NAME, MANIFEST_NAME
 from roboreel.formats.shard import SHARD_DIR
-from roboreel.formats.transient import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, Retry
+from roboreel.formats.transient import Retry
 from roboreel.validate._io import ReadFailed, Root
 from roboreel.validate.compiled import check_compiled
 from roboreel.validate.media import CountMode
@@ -59,8 +59,7 @@ def detect_kind(root: Root, report: Report) -> str | None:
 
 def validate(path: str, *, world_size: int = 1, num_workers: int = 1, fast: bool = False, deep: bool = False,
              strict: bool = False, progress: bool = False,
-             storage_options: dict[str, Any] | None = None, retries: int = DEFAULT_RETRIES,
-             backoff_s: float = DEFAULT_BACKOFF_S) -> Report:
+             storage_options: dict[str, Any] | None = None, retry: Retry | None = None) -> Report:
     """Check any v3 dataset or compiled output at ``path`` (local or fsspec URL).
 
     Args:
@@ -70,15 +69,15 @@ def validate(path: str, *, world_size: int = 1, num_workers: int = 1, fast: bool
         deep: decode every frame of every video and clip (slow; catches corrupt bitstreams).
         strict: warnings fail too (exit code 1).
         progress: tqdm bars on stderr.
-        retries, backoff_s: a remote read's transient faults retried, as compile's (formats/transient.py); a
-            file that keeps failing is a fatal ``file-unreadable`` finding naming it.
+        retry: how a remote read's transient faults are retried, as compile's (default ``Retry()``); a file that keeps
+            failing is a fatal ``file-unreadable`` finding naming it.
     """
     if world_size < 1 or num_workers < 1:
         raise ValueError(f"world_size and num_workers must be >= 1, got {world_size} and {num_workers}")
     if fast and deep:
         raise ValueError("fast and deep are mutually exclusive (fast skips reading bytes that deep decodes)")
     report = Report(path=str(path), strict=strict)
-    root = Root.open_url(str(path), storage_options=storage_options, retry=Retry(retries, backoff_s))
+    root = Root.open_url(str(path), storage_options=storage_options, retry=retry or Retry())
     try:
         kind = detect_kind(root, report)
         if kind is None:
