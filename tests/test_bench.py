@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from roboreel.bench.runner import BenchError, RunConfig, run_one
+from roboreel.bench.config import RunConfig
+from roboreel.bench.runner import BenchError, run_one
 from roboreel.cli import main
 
 
@@ -187,9 +188,9 @@ def test_bench_compares_a_mixture_with_its_largest_member(small_source, small_co
     assert all(r["samples"] == 8 and r["samples_per_s"] > 0 for r in runs)
     from roboreel.bench.readers import build
 
-    built = build("loader", "single", compiled=mix, source="", episode_pool_size=None, seed=0, weights=(0.6, 0.4))
+    built = build("loader", "single", compiled=mix, source="", cfg=RunConfig(weights=(0.6, 0.4)), seed=0)
     assert built.compiled.urls == [str(small_compiled), str(other)] and built.compiled.member_samples()[1] > 0
-    alone = build("largest_loader", "single", compiled=mix, source="", episode_pool_size=None, seed=0).compiled
+    alone = build("largest_loader", "single", compiled=mix, source="", cfg=RunConfig(), seed=0).compiled
     assert alone.url == str(small_compiled) and alone.num_frames > built.compiled.members[1].num_frames
     cfg = RunConfig(batch_size=4, num_workers=0, warmup_batches=1, batches=2)
     with pytest.raises(ValueError, match="largest member"):
@@ -217,8 +218,8 @@ def test_bench_reads_a_mixture_of_robots_through_its_remap_file(tmp_path_factory
     assert runs[0]["remap_file"] == str(remap) and runs[0]["pad"] == "max"
     from roboreel.bench.readers import build
 
-    ds = build("loader", "single", compiled=mix, source="", episode_pool_size=None, seed=0, weights=(0.5, 0.5),
-               remap_file=str(remap), pad="max").compiled
+    ds = build("loader", "single", compiled=mix, source="",
+               cfg=RunConfig(weights=(0.5, 0.5), remap_file=str(remap), pad="max"), seed=0).compiled
     sample = next(iter(ds))
     assert sample["observation.state"].shape == (6,) and "observation.state_dim_is_pad" in sample
     assert "observation.images.wrist_is_missing" in sample and "observation.images.front" not in sample

@@ -143,7 +143,7 @@ def test_scale_defaults_are_the_benchmarks_own():
 
 
 def test_bench_options_build_the_run_config_by_api_name():
-    from roboreel.bench.runner import RunConfig
+    from roboreel.bench.config import RunConfig
     from roboreel.cli.bench.options import run_config
 
     args = PARSER.parse_args(["bench", "read", "c", "--episode-pool-size", "4", "--return-uint8",

@@ -228,7 +228,8 @@ def test_gpu_resume_through_the_loader(large):
 @pytest.mark.needs_cuda
 @needs_cuda
 def test_gpu_bench_reports_gpu_memory(large):
-    from roboreel.bench.runner import RunConfig, run_one
+    from roboreel.bench.config import RunConfig
+    from roboreel.bench.runner import run_one
 
     cfg = RunConfig(batch_size=4, num_workers=2, batches=3, warmup_batches=1, decode_device="cuda")
     res = run_one("compiled", "single", compiled=str(large), source=str(large), cfg=cfg)

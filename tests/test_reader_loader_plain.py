@@ -127,7 +127,8 @@ def test_an_abandoned_loader_stops_its_thread_and_workers(compiled):
 
 
 def test_bench_reads_through_the_loader_when_asked(compiled, tmp_path):
-    from roboreel.bench.runner import RunConfig, run_one
+    from roboreel.bench.config import RunConfig
+    from roboreel.bench.runner import run_one
 
     cfg = RunConfig(batch_size=4, num_workers=2, batches=3, warmup_batches=1, device_loader=True)
     res = run_one("compiled", "single", compiled=str(compiled), source=str(compiled), cfg=cfg)

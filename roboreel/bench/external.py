@@ -17,21 +17,22 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from roboreel.bench.runner import BenchError, RunConfig
+from roboreel.bench.config import RunConfig
+from roboreel.bench.runner import BenchError
 
 _MARK = "ROBOREEL-BENCH-RESULT "
+TIMEOUT_S = 3600  # one run in another interpreter; a hang ends here with the child's stderr
 
 
 def run_external(python: str, reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfig,
-                 where: str = "local", repeat: int = 0, ceiling_frames_per_s: float | None = None,
-                 timeout_s: float = 3600) -> dict[str, Any]:
+                 where: str = "local", repeat: int = 0) -> dict[str, Any]:
     """``run_one(...)`` executed by ``python``; raises BenchError with the child's stderr tail if it fails."""
     job = {"reader": reader, "mode": mode, "compiled": compiled, "source": source, "cfg": asdict(cfg),
-           "where": where, "repeat": repeat, "ceiling_frames_per_s": ceiling_frames_per_s}
+           "where": where, "repeat": repeat}
     root = str(Path(__file__).resolve().parents[2])  # the directory holding this roboreel package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.run([python, "-m", "roboreel.bench.external"], input=json.dumps(job), text=True,
-                          capture_output=True, env=env, timeout=timeout_s, check=False)
+                          capture_output=True, env=env, timeout=TIMEOUT_S, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_MARK)]
     if proc.returncode != 0 or not lines:
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
@@ -46,8 +47,7 @@ def main() -> int:
 
     job = json.loads(sys.stdin.read())
     res = run_one(job["reader"], job["mode"], compiled=job["compiled"], source=job["source"],
-                  cfg=RunConfig(**job["cfg"]), where=job["where"], repeat=job["repeat"],
-                  ceiling_frames_per_s=job["ceiling_frames_per_s"])
+                  cfg=RunConfig(**job["cfg"]), where=job["where"], repeat=job["repeat"])
     print(_MARK + json.dumps(res), flush=True)
     return 0
 

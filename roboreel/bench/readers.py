@@ -39,6 +39,8 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
+from roboreel.bench.config import RunConfig
+
 Reader = Literal["compiled", "loader", "loader_cl", "loader_inproc", "loader_readme", "loader_refork",
                  "loader_random", "loader_segments", "loader_unmixed", "largest", "largest_loader", "reference",
                  "lerobot"]
@@ -142,14 +144,15 @@ def largest_member(compiled: str) -> str:
     return max(members, key=lambda p: int(load_manifest(p).index.shard_frames().sum()))
 
 
-def build(reader: str, mode: str, *, compiled: str, source: str, episode_pool_size: int | None, seed: int,
-          decode_device: str = "cpu", storage_options: dict | None = None, return_uint8: bool = False,
-          resize: tuple[int, int] | None = None, weights: Sequence[float] | None = None,
-          remap_file: str | None = None, pad: str | None = None) -> Built:
-    """Construct one reader's dataset for ``mode`` (``return_uint8``: camera frames as uint8, for every reader;
-    ``resize``: the source readers resize frames with torchvision's ``Resize(antialias=True)``). ``compiled``
-    may be a mixture ``a,b,...`` (read with ``weights``, and the canonical keys of ``remap_file`` / ``pad`` when
-    its members differ: docs/mixtures.md) for the compiled readers."""
+def build(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfig, seed: int,
+          storage_options: dict | None = None) -> Built:
+    """Construct one reader's dataset for ``mode``, as ``cfg`` asks (``return_uint8``: camera frames as uint8, for
+    every reader; ``resize``: the source readers resize frames with torchvision's ``Resize(antialias=True)``;
+    ``episode_pool_size`` and ``decode_device``: the compiled readers'). ``compiled`` may be a mixture ``a,b,...``
+    (read with ``cfg.weights``, and the canonical keys of ``cfg.remap_file`` / ``cfg.pad`` when its members differ:
+    docs/mixtures.md) for the compiled readers. ``seed``: the run's (its config's seed plus its round)."""
+    decode_device, return_uint8, weights = cfg.decode_device, cfg.return_uint8, cfg.weights
+    resize = tuple(cfg.resize) if cfg.resize else None
     dts = delta_timestamps(mode)
     transform = None
     if resize is not None and reader in ("reference", "lerobot"):
@@ -171,16 +174,16 @@ def build(reader: str, mode: str, *, compiled: str, source: str, episode_pool_si
         kwargs: dict[str, Any] = {"delta_timestamps": dts, "seed": seed,
                                   "decode": DecodeOptions(device=decode_device), "frame_order": order,
                                   "stream": StreamOptions(storage_options=storage_options), "return_uint8": return_uint8}
-        if episode_pool_size:
-            kwargs["episode_pool_size"] = episode_pool_size
+        if cfg.episode_pool_size:
+            kwargs["episode_pool_size"] = cfg.episode_pool_size
         if len(members) > 1 or weights is not None:
             kwargs["weights"] = None if weights is None else list(weights)
-        if len(members) > 1 and remap_file:
+        if len(members) > 1 and cfg.remap_file:
             from roboreel.integrations.lerobot.options import read_mixture_file
 
-            kwargs.update(read_mixture_file(remap_file))
-        if len(members) > 1 and pad:
-            kwargs["pad"] = pad
+            kwargs.update(read_mixture_file(cfg.remap_file))
+        if len(members) > 1 and cfg.pad:
+            kwargs["pad"] = cfg.pad
         ds = CompiledDataset(members if len(members) > 1 else compiled, **kwargs)
         return Built(TimedIterable(ds), map_style=False, stats=ds.stats, camera_keys=tuple(ds.camera_keys), compiled=ds,
                      staged=reader != "compiled" or decode_device != "cpu")

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
+from roboreel.bench.config import RunConfig
 from roboreel.bench.procmem import PeakRSS, tree_cpu_seconds
 from roboreel.bench.readers import (
     LATENCY_KEY,
@@ -52,37 +53,8 @@ class BenchError(RuntimeError):
     """A benchmark run that measured nothing (zero samples) or could not run."""
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    """Knobs of one run (shared by every reader in a comparison)."""
-
-    batch_size: int = 32
-    num_workers: int = 2
-    prefetch_factor: int = 2  # DataLoader's: batches each worker has ready ahead
-    prefetch_batches: int = 2  # roboreel.loader's: decoded batches kept ready ahead of the loop
-    persistent_workers: bool = True  # as lerobot-train (its default): workers live across epochs
-    episode_pool_size: int | None = None  # CompiledDataset's (None: its default)
-    decode_device: str = "cpu"
-    device_loader: bool = False  # read the compiled reader through roboreel.loader even on the CPU
-    return_uint8: bool = False  # camera frames as uint8 (normalise on the GPU): the transport costs 4x less
-    warmup_batches: int = 3
-    warmup_epochs: int = 0  # whole epochs read (untimed) before the measured one: the steady state (see run_one)
-    batches: int = 40
-    seconds: float | None = None  # stop the steady window after this long instead of after ``batches``
-    seed: int = 0
-    decode_threads: int | None = None  # the loader reader's decode threads (None: the available cores)
-    # (height, width): the source readers (reference, lerobot) resize camera frames with torchvision's
-    # Resize(antialias=True) as an image transform, what users do today instead of compiling at that size
-    resize: tuple[int, int] | None = None
-    span_epochs: bool = True  # the steady window runs on into the next epochs (set_epoch each) until it is full
-    weights: tuple[float, ...] | None = None  # a mixture's (compiled = "a,b,..."); None: every frame once
-    remap_file: str | None = None  # a mixture's canonical keys (JSON/YAML, as roboreel inspect --remap reads it)
-    pad: str | None = None  # a mixture's 1-D feature padding ("max")
-
-
 def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfig, where: str = "local",
-            repeat: int = 0, ceiling_frames_per_s: float | None = None,
-            storage_options: dict | None = None) -> dict[str, Any]:
+            repeat: int = 0, storage_options: dict | None = None) -> dict[str, Any]:
     """Run ``reader`` in ``mode`` once and return its metrics (one JSON-able dict).
 
     With ``cfg.warmup_epochs``, the reader first reads that many whole epochs, untimed, through the same loader
@@ -108,11 +80,9 @@ def run_one(reader: str, mode: str, *, compiled: str, source: str, cfg: RunConfi
     _check_steady_window(job, cfg, tally)
     stats = _stats_since(reading.built, stats_before)
     gpu_mem = _gpu_memory(reading)
-    cameras = reading.built.cameras
-    ceiling = ceiling_frames_per_s / cameras if ceiling_frames_per_s and cameras else None
     return {
         "reader": reader, "mode": mode, "where": where, "repeat": repeat, **asdict(cfg),
-        **_throughput(tally, ceiling),
+        **_throughput(tally),
         "peak_rss_mb": mem.peak / 2**20,
         **_order_figures(tally.order, reader, compiled=compiled, source=source, storage_options=storage_options),
         **_costs(reading, tally, stats),
@@ -170,11 +140,8 @@ class _Tally:
 
 def _open_reading(job: _Job, cfg: RunConfig) -> _Reading:
     """Build the reader and the loader it is read through, as its users would (see ``_loader``)."""
-    built = build(job.reader, job.mode, compiled=job.compiled, source=job.source,
-                  episode_pool_size=cfg.episode_pool_size, seed=cfg.seed + job.repeat,
-                  decode_device=cfg.decode_device, storage_options=job.storage_options,
-                  return_uint8=cfg.return_uint8, resize=tuple(cfg.resize) if cfg.resize else None,
-                  weights=cfg.weights, remap_file=cfg.remap_file, pad=cfg.pad)
+    built = build(job.reader, job.mode, compiled=job.compiled, source=job.source, cfg=cfg,
+                  seed=cfg.seed + job.repeat, storage_options=job.storage_options)
     staged = built.compiled is not None and (built.staged or cfg.device_loader or job.reader in README_READERS)
     loader = _loader(job, built, cfg, staged=staged)
     return _Reading(built, loader, staged=staged, device=torch.device(cfg.decode_device), cfg=cfg)
@@ -326,9 +293,9 @@ def _gpu_memory(reading: _Reading) -> dict[str, float | None]:
             "gpu_max_reserved_mb": torch.cuda.max_memory_reserved(reading.device) / 2**20}
 
 
-def _throughput(tally: _Tally, ceiling: float | None) -> dict[str, Any]:
-    """samples/s as wall clock over the steady window, its share of the ceiling, first batch and latency
-    percentiles (per sample, over the steady batches)."""
+def _throughput(tally: _Tally) -> dict[str, Any]:
+    """samples/s as wall clock over the steady window, first batch and latency percentiles (per sample, over the
+    steady batches). The ceiling's keys stay empty here: the suite measures it around each run (set_ceiling)."""
     steady_s = tally.t_end - tally.t_steady
     sps = tally.steady_samples / steady_s
     lat_ms = np.array(tally.latencies) * 1e3
@@ -336,7 +303,7 @@ def _throughput(tally: _Tally, ceiling: float | None) -> dict[str, Any]:
         "samples": tally.steady_samples, "warmup_samples": tally.warmup_samples, "steady_s": steady_s,
         "samples_per_s": sps, "steady_epochs": tally.steady_epochs,
         "epoch_start_s": float(np.median(tally.epoch_starts)) if tally.epoch_starts else None,
-        "ceiling_samples_per_s": ceiling, "ceiling_fraction": sps / ceiling if ceiling else None,
+        "ceiling_samples_per_s": None, "ceiling_fraction": None,
         "first_batch_s": tally.first_batch_s,
         "latency_p50_ms": float(np.percentile(lat_ms, 50)), "latency_p95_ms": float(np.percentile(lat_ms, 95)),
         "latency_p99_ms": float(np.percentile(lat_ms, 99)),

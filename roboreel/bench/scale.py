@@ -40,8 +40,8 @@ class ScaleConfig:
     num_workers: int = 2
 
 
-def _padding_table(first: int, count: int, first_row: int, first_shard: int, per_shard: int, length: int,
-                   cameras: list[str], frames_before: int, rng: np.random.Generator) -> pa.Table:
+def _padding_table(first: int, count: int, first_shard: int, per_shard: int, length: int, cameras: list[str],
+                   frames_before: int, rng: np.random.Generator) -> pa.Table:
     """``count`` synthetic episode rows, built column-wise (a million rows in seconds)."""
     idx = np.arange(first, first + count, dtype=np.int64)
     names = [".json", ".parquet", *(f".{c}.mp4" for c in cameras)]
@@ -56,10 +56,9 @@ def _padding_table(first: int, count: int, first_row: int, first_shard: int, per
         pa.StructArray.from_arrays([pa.array(member_names, pa.string()), pa.array(sizes), pa.array(shas, pa.string())],
                                    fields=list(ix.EPISODES_SCHEMA.field("members").type.value_type)))
     start = frames_before + (idx - first) * length
-    rows = np.arange(first_row, first_row + count)
     return pa.table({
         "index": idx, "length": np.full(count, length, dtype=np.int64), "from_index": start,
-        "to_index": start + length, "shard": first_shard + (rows - first_row) // per_shard,
+        "to_index": start + length, "shard": first_shard + np.arange(count) // per_shard,
         "tasks": pa.array([["pad"]] * count, ix.EPISODES_SCHEMA.field("tasks").type),
         "rows_sha256": pa.array(["v2:" + "0" * 64] * count, pa.string()), "members": members,
     }, schema=ix.EPISODES_SCHEMA)
@@ -84,14 +83,14 @@ def build_padded(real: Path, out: Path, episodes: int, cfg: ScaleConfig) -> Path
     n_pad_shards = -(-pad // per)
     # the episode files, a row group at a time
     tables = [ix.entries_table(real_entries)]
-    row, made = len(real_entries), 0
+    made = 0
     chunk = 100_000
     while made < pad:
         n = min(chunk, pad - made)
-        tables.append(_padding_table(first_ep + made, n, row, len(real_shards) + made // per, per,
+        tables.append(_padding_table(first_ep + made, n, len(real_shards) + made // per, per,
                                      cfg.episode_length, m.camera_keys, m.total_frames + made * cfg.episode_length,
                                      rng))
-        row, made = row + n, made + n
+        made += n
     table = pa.concat_tables(tables)
     files = []
     for f, lo in enumerate(range(0, table.num_rows, ix.ROWS_PER_FILE)):

@@ -9,16 +9,17 @@ import os
 import platform
 import statistics
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from roboreel.bench.ceiling import CEILING_SECONDS, CeilingMeter, compiled_clips
+from roboreel.bench.config import RunConfig
 from roboreel.bench.external import run_external
 from roboreel.bench.readers import SOURCE_READERS, lerobot_available, mixture_members
 from roboreel.bench.report import chart, markdown_table, summarize, write_runs
-from roboreel.bench.runner import RunConfig, run_one
+from roboreel.bench.runner import run_one
 from roboreel.bench.transport import transport_bound
 from roboreel.formats.manifest import load_manifest
 
@@ -109,27 +110,44 @@ def set_ceiling(res: dict[str, Any], before: float | None, after: float | None) 
                ceiling_samples_per_s=sps, ceiling_fraction=res["samples_per_s"] / sps if sps else None)
 
 
-def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str], cfg: RunConfig, repeats: int,
-              out: Path, remote_latency_ms: float | None = None, s3: bool = False, ceiling: bool = True,
-              ceiling_seconds: float | None = None, lerobot_python: str | None = None, isolate: bool = True,
-              echo: Any = print) -> dict[str, Any]:
-    """Alternate readers (A B A B ...) for each mode, locally and (optionally) over HTTP; write every report.
+@dataclass(frozen=True)
+class SuiteOptions:
+    """How a suite runs, beside what each run reads (``RunConfig``): the readers it alternates (A B A B ...), the
+    sample shapes (``modes``), the rounds, where it reads from and the ceiling it sets each run against.
 
+    ``remote_latency_ms``: also read both datasets over HTTP with this latency per request (None: local only).
     ``s3``: also read the compiled dataset from a loopback S3 server (s3server.py; the source readers stay local).
-    ``ceiling_seconds``: least length of each ceiling measurement (``ceiling.CEILING_SECONDS``).
-    ``lerobot_python``: an interpreter with LeRobot installed (its own venv); the ``lerobot`` reader runs there
-    (external.py) instead of in this process. ``isolate``: every run in a fresh Python process of its own
-    (external.py), so peak RSS and CPU time are that reader's alone, not what earlier runs left in the heap."""
-    plan = _Plan(readers=tuple(_available_readers(readers, lerobot_python, echo)), modes=tuple(modes), cfg=cfg,
-                 repeats=repeats, lerobot_python=lerobot_python, isolate=isolate, echo=echo)
+    ``ceiling``: measure the decode ceiling and the transport bound. ``ceiling_seconds``: least length of each
+    ceiling measurement (``ceiling.CEILING_SECONDS``). ``lerobot_python``: an interpreter with LeRobot installed
+    (its own venv); the ``lerobot`` reader runs there (external.py) instead of in this process. ``isolate``: every
+    run in a fresh Python process of its own (external.py), so peak RSS and CPU time are that reader's alone, not
+    what earlier runs left in the heap."""
+
+    readers: tuple[str, ...]
+    modes: tuple[str, ...] = ("single", "sarm")
+    repeats: int = 3
+    remote_latency_ms: float | None = None
+    s3: bool = False
+    ceiling: bool = True
+    ceiling_seconds: float | None = None
+    lerobot_python: str | None = None
+    isolate: bool = True
+
+
+def run_suite(*, compiled: str, source: str, cfg: RunConfig, suite: SuiteOptions, out: Path,
+              echo: Any = print) -> dict[str, Any]:
+    """Alternate ``suite``'s readers for each mode, locally and where ``suite`` asks; write every report under
+    ``out`` and return the summary. ``compiled`` may be a mixture ``a,b,...``."""
+    suite = replace(suite, readers=tuple(_available_readers(suite.readers, suite.lerobot_python, echo)))
+    plan = _Plan(suite=suite, cfg=cfg, echo=echo)
     first = compiled.split(",")[0]  # a mixture (a,b,...): the ceiling and shapes of its first member
-    ceilings = _Ceilings(clips=compiled_clips(first) if ceiling else [], echo=echo,
-                         seconds=CEILING_SECONDS if ceiling_seconds is None else ceiling_seconds)
-    transport = _transport_bound(first, cfg, echo) if ceiling else None
+    ceilings = _Ceilings(clips=compiled_clips(first) if suite.ceiling else [], echo=echo,
+                         seconds=CEILING_SECONDS if suite.ceiling_seconds is None else suite.ceiling_seconds)
+    transport = _transport_bound(first, cfg, echo) if suite.ceiling else None
     stack = contextlib.ExitStack()
     if ceilings.clips:
         ceilings.meter = stack.enter_context(CeilingMeter(ceilings.clips))
-    places = _open_places(stack, compiled, source, remote_latency_ms=remote_latency_ms, s3=s3)
+    places = _open_places(stack, compiled, source, remote_latency_ms=suite.remote_latency_ms, s3=suite.s3)
     with stack:
         runs = [res for place in places for res in _run_place(plan, place, ceilings)]
     return _write_reports(out, runs, plan, compiled=compiled, ceilings=ceilings, transport=transport)
@@ -137,14 +155,11 @@ def run_suite(*, compiled: str, source: str, readers: list[str], modes: list[str
 
 @dataclass(frozen=True)
 class _Plan:
-    """What every round of a suite runs, and how: the readers left to run, modes, repeats, where they run."""
+    """What every round of a suite runs, and how: its options (the readers left to run), each run's config and
+    what the log is printed with."""
 
-    readers: tuple[str, ...]
-    modes: tuple[str, ...]
+    suite: SuiteOptions
     cfg: RunConfig
-    repeats: int
-    lerobot_python: str | None  # the lerobot reader's own interpreter (None: this process, or none)
-    isolate: bool  # every local (and S3) run in a fresh Python process of its own
     echo: Any  # print, or what the caller prints with
 
 
@@ -185,7 +200,7 @@ class _Ceilings:
         return statistics.median(self.measured) if self.measured else None
 
 
-def _available_readers(readers: list[str], lerobot_python: str | None, echo: Any) -> list[str]:
+def _available_readers(readers: Sequence[str], lerobot_python: str | None, echo: Any) -> list[str]:
     """``readers`` less ``lerobot`` when LeRobot is neither importable here nor given an interpreter of its own
     (said, not raised: the other readers still compare)."""
     readers = list(readers)
@@ -224,10 +239,10 @@ def _open_places(stack: contextlib.ExitStack, compiled: str, source: str, *, rem
 def _run_place(plan: _Plan, place: _Place, ceilings: _Ceilings) -> Iterator[dict[str, Any]]:
     """Every mode's rounds at ``place``: each round runs the readers in turn (A B A B ... across rounds), each run
     set against the ceiling measured just before and just after it (a run's after: the next one's before)."""
-    for mode in plan.modes:
-        for r in range(plan.repeats):
+    for mode in plan.suite.modes:
+        for r in range(plan.suite.repeats):
             before = ceilings.measure(place.where, mode, r)
-            for reader in plan.readers:
+            for reader in plan.suite.readers:
                 if place.where == "s3" and reader in SOURCE_READERS:
                     continue  # the bucket holds the compiled dataset; the source is read locally
                 res = _run_reader(plan, place, reader, mode, r)
@@ -245,10 +260,10 @@ def _run_reader(plan: _Plan, place: _Place, reader: str, mode: str, r: int) -> d
     if place.where.startswith("http") and reader != "compiled":
         # per-frame range requests at tens of ms each: a short window measures it fine
         cfg = replace(cfg, batches=max(2, cfg.batches // 8), seconds=None)
-    if reader == "lerobot" and plan.lerobot_python is not None:
-        return run_external(plan.lerobot_python, reader, mode, compiled=place.compiled, source=place.source,
+    if reader == "lerobot" and plan.suite.lerobot_python is not None:
+        return run_external(plan.suite.lerobot_python, reader, mode, compiled=place.compiled, source=place.source,
                             cfg=cfg, where=place.where, repeat=r)
-    if plan.isolate and place.where in ("local", "s3"):
+    if plan.suite.isolate and place.where in ("local", "s3"):
         return run_external(sys.executable, reader, mode, compiled=place.compiled, source=place.source, cfg=cfg,
                             where=place.where, repeat=r)
     return run_one(reader, mode, compiled=place.compiled, source=place.source, cfg=cfg, where=place.where, repeat=r)
@@ -282,7 +297,7 @@ def _write_reports(out: Path, runs: list[dict[str, Any]], plan: _Plan, *, compil
     summary = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "python": platform.python_version()},
-        "config": asdict(plan.cfg), "data": label, "repeats": plan.repeats, "ceiling_frames_per_s": ceiling_fps,
+        "config": asdict(plan.cfg), "data": label, "repeats": plan.suite.repeats, "ceiling_frames_per_s": ceiling_fps,
         "ceiling_frames_per_s_measured": ceilings.measured,
         "ceiling_samples_per_s": ceiling_sps, "transport_samples_per_s": transport, "summary": rows,
     }

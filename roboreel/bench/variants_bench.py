@@ -25,9 +25,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from roboreel.bench.config import RunConfig
 from roboreel.bench.external import run_external
 from roboreel.bench.report import ORDER_FIELDS, order_cell
-from roboreel.bench.runner import RunConfig
 from roboreel.compile import CompileSettings, compile_dataset
 
 

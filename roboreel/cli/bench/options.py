@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from roboreel.cli.doctor import decode_device
 
 if TYPE_CHECKING:
-    from roboreel.bench.runner import RunConfig
+    from roboreel.bench.config import RunConfig
 
 DEFAULT_OUT = "bench-out"
 
@@ -90,7 +90,7 @@ def lerobot_python_option(p: argparse.ArgumentParser) -> None:
 
 def run_config(args: argparse.Namespace, **extra: object) -> RunConfig:
     """The ``RunConfig`` of the options above that ``args`` has (a subcommand defines only some)."""
-    from roboreel.bench.runner import RunConfig
+    from roboreel.bench.config import RunConfig
 
     names = ("batch_size", "num_workers", "prefetch_factor", "prefetch_batches", "decode_threads",
              "persistent_workers", "episode_pool_size", "decode_device", "return_uint8", "warmup_batches",

@@ -97,13 +97,14 @@ def resolve(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from roboreel.bench.suite import run_suite
+    from roboreel.bench.suite import SuiteOptions, run_suite
 
     compiled, source = resolve(args)
     cfg = options.run_config(args, span_epochs=not args.one_epoch, weights=args.weights, remap_file=args.remap,
                              pad=args.pad)
-    run_suite(compiled=compiled, source=source, readers=args.readers.split(","), modes=args.modes.split(","),
-              cfg=cfg, repeats=args.repeats, out=args.out, remote_latency_ms=args.remote_latency_ms, s3=args.s3,
-              ceiling=not args.no_ceiling, ceiling_seconds=args.ceiling_seconds, lerobot_python=args.lerobot_python,
-              isolate=not args.no_isolate)
+    suite = SuiteOptions(readers=tuple(args.readers.split(",")), modes=tuple(args.modes.split(",")),
+                         repeats=args.repeats, remote_latency_ms=args.remote_latency_ms, s3=args.s3,
+                         ceiling=not args.no_ceiling, ceiling_seconds=args.ceiling_seconds,
+                         lerobot_python=args.lerobot_python, isolate=not args.no_isolate)
+    run_suite(compiled=compiled, source=source, cfg=cfg, suite=suite, out=args.out)
     return 0
