@@ -14,7 +14,7 @@ from torchcodec import _core as tc_core
 from roboreel.cli import main
 from roboreel.doctor import nvdec_support, run_doctor
 from roboreel.doctor.codecs import DecodeOutcome
-from roboreel.doctor.dataset import DatasetCheck, _judge
+from roboreel.doctor.dataset import ClipToCheck, DatasetCheck, _judge
 from roboreel.doctor.env import CudaInfo, parse_device
 from roboreel.doctor.fallback import parse_fallback_status, read_fallback_status
 from roboreel.doctor.report import Report
@@ -187,7 +187,7 @@ def _gpu_report(small_source, engine: str, *, strict: bool) -> Report:
     for c in report.dataset.cameras:
         gpu = DecodeOutcome(ok=True, device="cuda:0", engine=engine, codec=c.codec, width=c.width, height=c.height,
                             fallback="[CUDA] Fallback status: Falling back due to: Video not supported")
-        cams.append(_judge(c.key, c.codec, c.width, c.height, c.clip, c.cpu, gpu, h100, advise=True))
+        cams.append(_judge(ClipToCheck(c.key, c.codec, c.width, c.height, c.clip, None), c.cpu, gpu, h100, advise=True))
     report.dataset = DatasetCheck(path=report.dataset.path, kind="source", cameras=cams)
     report.verdict, report.notes = [], []
     judge_report(report, strict=strict)
@@ -279,7 +279,7 @@ def test_silent_cpu_fallback_of_a_camera_within_nvdec_limits_fails(small_compile
         cpu = replace(c.cpu, width=256, height=256)
         gpu = _hevc_outcome("cpu-fallback", fallback="[CUDA] Fallback status: Falling back due to: Video not "
                             "supported", fallback_cause="video-not-supported")
-        cams.append(_judge(c.key, "hevc", 256, 256, c.clip, cpu, gpu, H100, advise=True))
+        cams.append(_judge(ClipToCheck(c.key, "hevc", 256, 256, c.clip, None), cpu, gpu, H100, advise=True))
     report.dataset = DatasetCheck(path=report.dataset.path, kind="compiled", cameras=cams)
     report.verdict, report.notes = [], []
     judge_report(report, strict=False)

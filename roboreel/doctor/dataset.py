@@ -11,7 +11,7 @@ import logging
 import posixpath
 import tarfile
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import fsspec
 
@@ -26,6 +26,18 @@ from roboreel.formats.shard import clip_member
 logger = logging.getLogger(__name__)
 
 GpuStatus = Literal["nvdec", "cpu-fallback", "cuda", "failed", "no-cuda"]
+
+
+class ClipToCheck(NamedTuple):
+    """One camera's clip to decode, with what the dataset's metadata says of it (None: not said), so the doctor
+    can name where the two disagree."""
+
+    key: str
+    codec: str | None
+    width: int | None
+    height: int | None
+    where: str  # the clip's place in the dataset, for the report
+    source: Any  # what the decoder opens: a path, bytes or an fsspec file object
 
 
 @dataclass
@@ -66,7 +78,7 @@ class DatasetCheck:
                 "transform": self.transform}
 
 
-def _compiled_clips(path: str) -> list[tuple[str, str | None, int | None, int | None, str, bytes]]:
+def _compiled_clips(path: str) -> list[ClipToCheck]:
     """(camera, codec, width, height, where, clip bytes) from the first record of the first shard."""
     manifest = load_manifest(path)
     if not manifest.cameras:
@@ -92,10 +104,11 @@ def _compiled_clips(path: str) -> list[tuple[str, str | None, int | None, int | 
     missing = sorted(set(wanted) - set(found))
     if missing:
         raise CompiledFormatError(f"shard lacks clip members {missing}", file=shard_path, episode=episode)
-    return [(c.key, c.codec, c.width, c.height, f"{shard_path}:{name}", found[name]) for name, c in wanted.items()]
+    return [ClipToCheck(c.key, c.codec, c.width, c.height, f"{shard_path}:{name}", found[name])
+            for name, c in wanted.items()]
 
 
-def _source_clips(path: str) -> list[tuple[str, str | None, int | None, int | None, str, Any]]:
+def _source_clips(path: str) -> list[ClipToCheck]:
     """(camera, codec, width, height, where, decoder source) for the first episode's mp4 of each camera."""
     src = v3.LeRobotSource(path)
     cams = src.camera_keys
@@ -116,7 +129,7 @@ def _source_clips(path: str) -> list[tuple[str, str | None, int | None, int | No
         if not src.exists(rel):
             raise SourceError("missing video file", file=rel, episode=first.index)
         # Local files go to torchcodec as paths; remote ones as fsspec file objects (read on demand).
-        out.append((cam, info.get("video.codec"), w, h, rel, src.path(rel) if local else src.open(rel)))
+        out.append(ClipToCheck(cam, info.get("video.codec"), w, h, rel, src.path(rel) if local else src.open(rel)))
     return out
 
 
@@ -143,10 +156,10 @@ def check_dataset(path: str, *, cuda: CudaInfo, gpu_device: str | None, gpu_requ
         raise SourceError(f"not a compiled roboreel dataset (no {MANIFEST_NAME}) nor a LeRobot v3 source "
                           f"(no {v3.INFO_PATH})", file=path)
     cameras = []
-    for key, codec, w, h, where, source in clips:
-        cpu = try_decode(_reopen(source), device="cpu", seek_mode=seek_mode)
-        gpu = try_decode(_reopen(source), device=gpu_device, seek_mode=seek_mode) if gpu_device else None
-        cameras.append(_judge(key, codec, w, h, where, cpu, gpu, cuda, advise=gpu_requested))
+    for clip in clips:
+        cpu = try_decode(_reopen(clip.source), device="cpu", seek_mode=seek_mode)
+        gpu = try_decode(_reopen(clip.source), device=gpu_device, seek_mode=seek_mode) if gpu_device else None
+        cameras.append(_judge(clip, cpu, gpu, cuda, advise=gpu_requested))
     transform = transform_summary(load_manifest(path).settings) if kind == "compiled" else None
     return DatasetCheck(path=path, kind=kind, cameras=cameras, transform=transform)
 
@@ -158,9 +171,10 @@ def _reopen(source: Any) -> Any:
     return source
 
 
-def _judge(key: str, codec: str | None, w: int | None, h: int | None, where: str, cpu: DecodeOutcome,
-           gpu: DecodeOutcome | None, cuda: CudaInfo, *, advise: bool) -> CameraCheck:
+def _judge(clip: ClipToCheck, cpu: DecodeOutcome, gpu: DecodeOutcome | None, cuda: CudaInfo, *,
+           advise: bool) -> CameraCheck:
     """Name the GPU outcome and explain it with the NVDEC table; note metadata that the clip contradicts."""
+    key, codec, w, h, where = clip.key, clip.codec, clip.width, clip.height, clip.where
     notes = []
     real_codec = cpu.codec or (gpu.codec if gpu else None) or codec
     real_w = cpu.width or (gpu.width if gpu else None) or w
