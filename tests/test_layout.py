@@ -260,3 +260,16 @@ def test_modules_are_at_most_four_hundred_lines():
     tests = Path(__file__).parent
     assert [(str(p), n) for p in sorted([*PKG.rglob("*.py"), *tests.rglob("*.py")])
             if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES] == []
+
+
+def test_module_names_in_docstrings_and_comments_exist():
+    """A comment's "(heap.py)" is how a reader finds the why; after a move or rename it must still lead
+    somewhere. Every ``name.py`` the package's text names (other than a path into another project, ``a/b.py``)
+    is a file of this repository."""
+    import re
+
+    root = PKG.parent
+    files = {p.name for d in ("roboreel", "scripts", "benchmarks", "tests", ".ci") for p in (root / d).rglob("*.py")}
+    stale = sorted({(_module(p), m) for p in PKG.rglob("*.py")
+                    for m in re.findall(r"(?<![\w/.])([a-z_][a-z0-9_]*\.py)\b", p.read_text()) if m not in files})
+    assert stale == []

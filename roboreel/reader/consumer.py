@@ -118,7 +118,7 @@ class MemberStream:
         cache = records.cache
         if cache is not None and not cache.budget:
             cache = None
-        # what an episode is made from, besides its record: part of its key in the cache (episode_cache.py)
+        # what an episode is made from, besides its record: part of its key in the cache (_episode_cache.py)
         made_as = (shard_prefix, tuple(tabular), tuple(cameras), tuple(images.items()), tuple(transformed),
                    tuple((k, tuple(v.tolist())) for k, v in windows.items()))
         self.kept = 0  # episodes taken from the cache instead of read
@@ -219,6 +219,6 @@ def run_members(decoding: Decoding, members: list[MemberStream], pending: Iterat
             m.close()
         decoders.close()
         flusher.flush(snapshot())
-        # epoch over: hand freed pages back (heap.py). Pending samples made in the training process feed
+        # epoch over: hand freed pages back (_heap.py). Pending samples made in the training process feed
         # roboreel.loader's decode stage, which trims once its own decoders are closed: one trim, not two
         release_free_memory(trim=not (deferred and get_worker_info() is None))

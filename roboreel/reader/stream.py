@@ -80,9 +80,9 @@ class StreamCore(EpochState, IterableDataset):
         return self._iterate(deferred=True)
 
     def _iterate(self, *, deferred: bool) -> Iterator[Any]:
-        isolate_inherited_heap()  # first thing in a forked worker: see forksafe.py
+        isolate_inherited_heap()  # first thing in a forked worker: see _forksafe.py
         if not deferred:  # this process decodes (roboreel.loader's process sets its own threshold)
-            pin_mmap_threshold()  # a flat C heap over many epochs: see heap.py
+            pin_mmap_threshold()  # a flat C heap over many epochs: see _heap.py
         epoch = self._next_epoch()
         worker, num_workers = detect_worker()
         world = self._world(worker, num_workers)

@@ -1,7 +1,7 @@
 """``EncodeTarget``: what one camera's clip of one episode is to become, handed down the encode chain as one value.
 
 The span's clip is chosen (transcode_span), encoded under the floor GOP by GOP or as whole clips
-(encode_with_floor, segments.py), and written by x265 (encode_clip): every level needs the same settings, frame
+(encode_with_floor, _segments.py), and written by x265 (encode_clip): every level needs the same settings, frame
 size, resize method, frame step, whether stats frames are kept, and which file and episode to name in an error.
 They travel together here instead of as a dozen keywords repeated at each level; a lower CRF under the floor
 is ``at_crf``, a new target with only that changed.
@@ -20,7 +20,7 @@ from roboreel.compile.video._resize import FILTER
 @dataclass(frozen=True)
 class EncodeTarget:
     """One clip's encode: ``settings`` (CRF, preset, GOP, B-frames, the PSNR floor, PSNR sampling), ``size``
-    (height, width) to resize to with ``method`` (resize.py; None: the source's size), ``step`` (source frames
+    (height, width) to resize to with ``method`` (_resize.py; None: the source's size), ``step`` (source frames
     0, k, 2k, ... kept: the clip runs at the source's fps / k), ``stats`` (keep the frames LeRobot samples for
     image stats, ``Clip.stats_rgb``), and the source file (``where``) and ``episode`` every error names."""
 

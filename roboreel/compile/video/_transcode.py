@@ -125,7 +125,7 @@ def encode_clip(
 
     ``Clip.psnr`` holds the ``psnr_frames`` evenly spaced frames the compile report averages; ``Clip.psnr_min``
     the lowest PSNR of every frame checked (all of them while ``min_psnr`` is on; ``InFlightCheck``). The
-    target's ``size`` / ``method``: resize (resize.py); its stats frames' encoder input is kept as downsampled RGB
+    target's ``size`` / ``method``: resize (_resize.py); its stats frames' encoder input is kept as downsampled RGB
     for the camera's stats (tables/_stats.py), in ``Clip.stats_rgb``. ``give_up_below``: raise BelowFloor as
     soon as a checked frame comes back under it (the floor's try at this CRF has failed: encoding the rest of the
     episode would be wasted).

@@ -47,7 +47,7 @@ class ClipDecoders:
     1,700 samples/s). ``keep`` (camera -> frames) additionally holds the last few decoded frames of a windowed
     camera's clips, least recently used out first, since neighbouring samples share window frames.
 
-    Run cache (runs.py): frames leave the pool in GOP runs, one run of a clip front to back, so a frame asked with
+    Run cache (_runs.py): frames leave the pool in GOP runs, one run of a clip front to back, so a frame asked with
     a ``run_end`` names the frames the next samples of that clip will ask. They are decoded with it, back to back
     (one call per run instead of one per frame: ~3,000 -> ~4,000 frames/s inside the calls, 224x224, GOP 10), and
     kept until asked. ``budget`` (default: one of ``run_cache_bytes`` of its own; the decode stage shares one
@@ -57,13 +57,13 @@ class ClipDecoders:
     Output size per call: torchcodec returns every call's frames in a new tensor. ``max_call_bytes`` (0: no
     limit) splits a call whose frames would be larger into several, so each output comes from reused heap memory
     instead of a fresh mmap (glibc maps anything above its mmap threshold, and every page of a fresh mapping faults
-    and is zeroed on first write): the decode stage sets it just under its pinned threshold (heap.py), which took
+    and is zeroed on first write): the decode stage sets it just under its pinned threshold (_heap.py), which took
     ~0.3 ms of CPU off every 480x640 frame (``perf``: those faults were ~9% of the training process).
 
     Memory: ``episode_pool_size x cameras`` decoders (x lanes for windowed cameras), released with their
     episode; ``max_open`` is a safety bound (least recently used decoders closed beyond it); at most
     ``run_cache_bytes`` of decoded runs. With ``idle`` (CPU only), a released clip's decoders are parked there and
-    taken back when the clip is pooled again, in a later epoch, instead of opening new ones (decoder_cache.py).
+    taken back when the clip is pooled again, in a later epoch, instead of opening new ones (_decoder_cache.py).
     """
 
     device: str = "cpu"
@@ -75,7 +75,7 @@ class ClipDecoders:
     stats: DecodeStats = field(default_factory=DecodeStats)
     idle: IdleDecoders | None = None
     budget: RunBudget | None = None
-    depth: dict[str, DepthQuant] = field(default_factory=dict)  # depth cameras: PyAV + dequantised (depth.py)
+    depth: dict[str, DepthQuant] = field(default_factory=dict)  # depth cameras: PyAV + dequantised (_depth.py)
     _tables: dict = field(default_factory=dict)  # depth camera -> its code table
     _open: OrderedDict = field(default_factory=OrderedDict)
     _sources: dict = field(default_factory=dict)  # with ``idle``: the bytes each open decoder decodes
@@ -108,7 +108,7 @@ class ClipDecoders:
             dec = DepthDecoder(clip.data, quant, table=table, device=self.device)
             self.stats.decoder_opens += 1
         else:
-            if self.device == "cpu":  # opened aside: torch's per-open leak stays out of the main arena (heap.py)
+            if self.device == "cpu":  # opened aside: torch's per-open leak stays out of the main arena (_heap.py)
                 dec = in_side_arena(VideoDecoder, clip.data, seek_mode=self.seek_mode, device=self.device)
             else:
                 dec = VideoDecoder(clip.data, seek_mode=self.seek_mode, device=self.device)
@@ -238,7 +238,7 @@ class ClipDecoders:
             self.idle.put(self._idle_key(key), dec, data)
 
     def release(self, clip: EpisodeClip) -> None:
-        for key in [k for k in self._open if k[0] == clip.key]:  # every lane: window offsets x runs (shuffled.py)
+        for key in [k for k in self._open if k[0] == clip.key]:  # every lane: window offsets x runs (_shuffled.py)
             self._park(key, self._open.pop(key))
         for key in [k for k in self._pos if k[0] == clip.key]:
             self._pos.pop(key)  # a decoder taken back from the idle cache starts with its position unknown
@@ -291,7 +291,7 @@ def value_tensors(values: Mapping[str, Any]) -> dict[str, Any]:
 
 def to_output(frames: torch.Tensor, *, return_uint8: bool) -> torch.Tensor:
     """A fresh tensor as the sample holds it: uint8, or float32 in [0, 1] computed as ``x / 255.0`` exactly like
-    LeRobot (one pass, correctly rounded on every device: unit.py). A depth map (float32 already,
+    LeRobot (one pass, correctly rounded on every device: _unit.py). A depth map (float32 already,
     in its unit) is only copied: ``return_uint8`` does not apply to depth, as in LeRobot."""
     if frames.dtype != torch.uint8:
         return frames.clone()

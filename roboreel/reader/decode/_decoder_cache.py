@@ -1,6 +1,6 @@
 """Keep the decoders of released clips open across epochs, within a byte bound, per process.
 
-Why: torch 2.13's stable ABI leaks ~0.84 KB per torchcodec ``VideoDecoder`` opened (heap.py), and the reader opens
+Why: torch 2.13's stable ABI leaks ~0.84 KB per torchcodec ``VideoDecoder`` opened (_heap.py), and the reader opens
 one per pooled clip and lane every epoch, so a small dataset trained for hundreds of epochs creeps. A decoder
 parked here when its clip leaves the pool is taken back, instead of opening a new one, when the same clip (shard,
 episode, camera, lane) is pooled again in a later epoch with the same bytes (compared: two datasets may name their
@@ -12,8 +12,8 @@ The price is memory: an idle decoder keeps FFmpeg's demuxer and codec state, ~1 
 docs/reliability.md). Parked decoders are dropped least recently used first beyond ``max_bytes``; one that does
 not fit alone is closed, as without the cache. The cache is per process (a DataLoader worker has its own, since
 decoders cannot cross processes); a forked child starts empty and never finalises the parent's decoders
-(forksafe.py). A decoder is either in use by one ``ClipDecoders`` or parked here, never both. Which processes
-use it, and with what bound, is idle_policy.py's decision.
+(_forksafe.py). A decoder is either in use by one ``ClipDecoders`` or parked here, never both. Which processes
+use it, and with what bound, is _idle_policy.py's decision.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def collate_pending(items: Sequence[PendingSample | tuple[PendingSample, float]]
                 tables = wanted[key] = ({}, {})
             queried, lanes = tables
             frames = req.frames.tolist()
-            if req.run_end is not None:  # the rest of the run follows: decoded with it (decode.py, run cache)
+            if req.run_end is not None:  # the rest of the run follows: decoded with it (_runs.py, the run cache)
                 clip_runs = runs.get(key)
                 if clip_runs is None:
                     clip_runs = runs[key] = {}
@@ -315,7 +315,7 @@ def assemble(
         if plan.stacked:
             x = x.view(batch.size, plan.window, *x.shape[1:])
         if not return_uint8 or cam in image_clips:
-            x = unit_float(x)  # as decode.to_output: correctly rounded on the GPU too (unit.py)
+            x = unit_float(x)  # as _clips.to_output: correctly rounded on the GPU too (_unit.py)
         if image_transforms is not None:
             x = torch.stack([image_transforms(s) for s in x])
         out[cam] = x

@@ -71,7 +71,7 @@ class DepthDecoder:
                  device: str = "cpu") -> None:
         self._container = av.open(io.BytesIO(data), "r")
         self._stream = self._container.streams.video[0]
-        # one thread: no FFmpeg worker threads a forked DataLoader worker could inherit mid-wait (forksafe.py);
+        # one thread: no FFmpeg worker threads a forked DataLoader worker could inherit mid-wait (_forksafe.py);
         # the decode stage already runs clips in parallel
         self._stream.codec_context.thread_count = 1
         self._tb = float(self._stream.time_base)

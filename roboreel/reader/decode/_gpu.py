@@ -66,12 +66,12 @@ class DeviceDecoders:
             raise ValueError(f"max_gpu_decoders must be an integer >= 1, got {max_gpu_decoders!r}")
         self.router = router
         self.device = router.device
-        budget = RunBudget(0) if run_budget is None else run_budget  # shared by every clip's decoders (runs.py)
+        budget = RunBudget(0) if run_budget is None else run_budget  # shared by every clip's decoders (_runs.py)
         # the GPU decoders' runs live in GPU memory, under their own (larger) bound: DecodeOptions.gpu_cache_mb
         gpu_budget = budget if gpu_run_budget is None else gpu_run_budget
-        # ``idle``: the CPU decoders of a released clip are parked there for a later epoch (decoder_cache.py);
+        # ``idle``: the CPU decoders of a released clip are parked there for a later epoch (_decoder_cache.py);
         # GPU decoders are not (NVDEC sessions are few, and torchcodec caches those itself)
-        self.depth = dict(depth or {})  # depth cameras decode on the CPU, always (depth.py)
+        self.depth = dict(depth or {})  # depth cameras decode on the CPU, always (_depth.py)
         self.cpu = ClipDecoders(device="cpu", keep=dict(keep or {}), max_call_bytes=max_call_bytes,
                                 idle=idle, budget=budget, depth=self.depth)
         self.gpu: _ObservedDecoders | None = None

@@ -19,8 +19,8 @@ own. Opening one decoder at a time (benchmarks/decoder_open_close_memory.py, 120
 blocks then pack densely: from open 1,920 to 3,360, RSS +21 MB opened on the main thread, +0.1 MB on the side
 thread. In the reader, where several decoders of different lifetimes are open at once, the side arena still
 fragments, but a worker's growth fell from ~0.35-0.5 to ~0.25 MB per epoch (docs/reliability.md). A worker that
-opens no decoder does not grow: idle decoders are kept across epochs (decoder_cache.py), flat for a small
-dataset at ~1.5 MB of RSS per clip kept (224x224): by default only where that buys a flat RSS (idle_policy.py).
+opens no decoder does not grow: idle decoders are kept across epochs (_decoder_cache.py), flat for a small
+dataset at ~1.5 MB of RSS per clip kept (224x224): by default only where that buys a flat RSS (_idle_policy.py).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def release_free_memory(*, trim: bool = True) -> None:
     import pyarrow as pa
     from torch.utils.data import get_worker_info
 
-    if get_worker_info() is not None:  # a worker froze its inherited heap (forksafe.py): a collection is cheap
+    if get_worker_info() is not None:  # a worker froze its inherited heap (_forksafe.py): a collection is cheap
         gc.collect()
     pa.default_memory_pool().release_unused()
     if trim:

@@ -1,6 +1,6 @@
-"""When a process keeps its decoders across epochs (decoder_cache.py) without being told: ``IdlePolicy``.
+"""When a process keeps its decoders across epochs (_decoder_cache.py) without being told: ``IdlePolicy``.
 
-Why a policy and not a fixed budget: parking decoders stops the per-open leak (decoder_cache.py) but costs ~1.5 MB
+Why a policy and not a fixed budget: parking decoders stops the per-open leak (_decoder_cache.py) but costs ~1.5 MB
 per idle decoder at 224x224, ~+150-180 MB per worker on the soak's dataset (docs/reliability.md). That price buys
 a flat RSS only when every clip x lane the process will meet fits the cache: a cache holding a fraction of them
 hits on that fraction only, so the creep slows in proportion while the memory is paid in full. And it buys
@@ -10,7 +10,7 @@ decoders only
 
 - when the whole selection fits ``AUTO_BUDGET_BYTES`` by the cache's own estimate (``decoder_bytes`` per decoder
   plus the clip's bytes, per lane): every worker ends up reading every clip, since shards are dealt afresh each
-  epoch (plan.py); and
+  epoch (plan/_epoch.py); and
 - from this process's second iteration of the dataset on: its first epoch opens and closes decoders as without
   the cache, the second parks them, the third and later take them back (opens per epoch: n, n, 0, 0, ...).
 

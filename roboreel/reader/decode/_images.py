@@ -9,7 +9,7 @@ channels-last as they are
 (uint8 for 8-bit images, a view of Pillow's bytes: no copy), and ``finish_images`` (where the sample or batch is
 finished) writes the contiguous float32 ``[C, H, W]`` in one pass, like video frames: uint8 is a quarter of
 float32's bytes through roboreel.loader's worker pipes, and every copy avoided is MBs of fresh pages (the reader
-pins glibc's mmap threshold, heap.py, so each large buffer is page-faulted in: at 480x640, 2,600 minor faults and
+pins glibc's mmap threshold, _heap.py, so each large buffer is page-faulted in: at 480x640, 2,600 minor faults and
 8.8 CPU ms a sample with a channels-first uint8 copy and the float32 division, ~1,470 and 7.1 ms this way).
 ``return_uint8`` does not apply (LeRobot's option is for video frames only). A depth image stored in metres is
 scaled to millimetres (LeRobot's default ``depth_output_unit``), as ``DatasetReader.get_item`` does.

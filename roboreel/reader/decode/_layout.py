@@ -23,7 +23,7 @@ class BatchLayout:
         dtype: ``torch.float32`` when the batch stays on the CPU and is wanted in float32: each thread writes
             ``frame / 255`` (numpy, float32: the same correctly rounded division as torch's ``x / 255.0``)
             into the float32 batch (pixels.unit_frame), with no intra-op OpenMP team competing for the cores.
-        depth: depth cameras: float32 [.., 1, H, W] batches, decoded on the CPU (depth.py).
+        depth: depth cameras: float32 [.., 1, H, W] batches, decoded on the CPU (_depth.py).
     """
 
     cameras: dict[str, CameraSpec]
@@ -48,6 +48,6 @@ class BatchLayout:
         c = 1 if depth else 3
         dtype = torch.float32 if depth else self.dtype
         shape = (n, spec.height, spec.width, c) if self.channels_last else (n, c, spec.height, spec.width)
-        if device.type == "cpu" and not pin:  # reused once the loop let go (buffers.py: page faults, ~13% of CPU)
+        if device.type == "cpu" and not pin:  # reused once the loop let go (_buffers.py: page faults, ~13% of CPU)
             return buffers.take(shape, dtype)
         return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)  # pinned: torch caches those

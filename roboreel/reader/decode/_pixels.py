@@ -2,7 +2,7 @@
 
 torchcodec returns a frame as channels-last memory seen through a [C, H, W] view; the CPU batch is contiguous
 [.., C, H, W]. Filling a slot is therefore a deinterleave, and, for float32 batches, a conversion too. Both run
-in the decode threads with the GIL released and no intra-op OpenMP team (see stage.py's module doc).
+in the decode threads with the GIL released and no intra-op OpenMP team (see decode/_stage.py's module doc).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The run cache's pieces: decoded GOP runs waiting for their samples, and the byte budget they share.
 
-Frames leave the pool in GOP runs, one run of a clip front to back (pool.py, ``frame_order="segments"``), so the
+Frames leave the pool in GOP runs, one run of a clip front to back (_pool.py, ``frame_order="segments"``), so the
 first frame of a run names the frames the clip's next samples will ask. ``ClipDecoders`` decodes them with it, back
 to back on one decoder (one call, or a few when calls are size-capped), and keeps them here until asked: a decoder
 then works through a whole run at once instead of a few frames per batch between other clips' work.

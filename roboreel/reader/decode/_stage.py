@@ -2,14 +2,14 @@
 
 Why threads in the training process: at real camera sizes (480x640) moving decoded pixels from DataLoader workers
 to the trainer costs as much as decoding them, and torchcodec releases the GIL while it decodes, so decode
-threads scale inside one process. Here the workers ship clip bytes once and frame requests (deferred.py); this
+threads scale inside one process. Here the workers ship clip bytes once and frame requests (_deferred.py); this
 pool decodes.
 
 How a batch is decoded:
 - one task per clip of the batch: its frames in one sorted ``get_frames_at`` call per decoder lane (the clip's
   ``ClipDecoders``: decoders reused while the clip is pooled, window lanes, kept window frames; the first frame of
   a GOP run decodes the whole run back to back, and the next batches take it from the run cache, bounded for all
-  clips together by one ``RunBudget``: runs.py), pts checked, and
+  clips together by one ``RunBudget``: _runs.py), pts checked, and
   every frame copied into its slots of the camera's batch tensor ``[B * T, C, H, W]`` (allocated once per batch,
   pinned when the batch goes to CUDA, so the copy to the GPU is one asynchronous transfer of uint8);
 - a clip's tasks run one at a time and in batch order (its decoder is stateful and moves forward): they wait in
@@ -111,7 +111,7 @@ class DecodePool:
         tolerance_s: max distance between a frame's pts and the timestamp it must show.
         max_open_clips: live clips with open decoders at most; the least recently used idle one is closed beyond
             (its decoder reopens on next use, at the cost of a seek).
-        buffers: where CPU batch tensors come from (buffers.py); a loader passes its own, kept across iterations.
+        buffers: where CPU batch tensors come from (_buffers.py); a loader passes its own, kept across iterations.
 
     Layout: torchcodec returns frames as channels-last memory seen through a [C, H, W] view. Copying one into a
     contiguous [C, H, W] slot is a transposing copy, ~0.25 ms per 480x640 frame with numpy (~0.7 ms with
@@ -245,7 +245,7 @@ class DecodePool:
         """Decode the clip's frames of one batch and copy each into its slots. Every check and conversion is made
         once per decoded frame (or once per task), not once per slot: at 224x224 and smaller the per-slot Python
         work cost as much CPU as the copy itself."""
-        got = decoders.frames(clip, lanes, runs)  # a run's first frame decodes the rest of it (runs.py)
+        got = decoders.frames(clip, lanes, runs)  # a run's first frame decodes the rest of it (_runs.py)
         out, dst = targets.out, targets.array
         shape = out.shape[1:]
         cpu = dst is not None
@@ -272,7 +272,7 @@ class DecodePool:
         if any(a.dtype == np.float32 for a in arrays.values()):  # a depth map, in its unit already: as it is
             for slot, f in pairs:
                 dst[slot] = arrays[f]
-        elif out.dtype != torch.uint8:  # float32, as torch's uint8 / 255.0 (pixels.py)
+        elif out.dtype != torch.uint8:  # float32, as torch's uint8 / 255.0 (_pixels.py)
             for slot, f in pairs:
                 unit_frame(arrays[f], dst[slot])
         else:

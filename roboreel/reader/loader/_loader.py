@@ -172,7 +172,7 @@ class DeviceLoader:
         self._totals = {"batches": 0, "stage_seconds": 0.0, "wait_seconds": 0.0}
         self._order = OrderMeter()  # the batches' sample order (order.py), in stats()["order"]
         self._routes: dict[str, Any] = {}
-        # batch arrays reused across batches and epochs (buffers.py). Every camera of a size shares one list, so
+        # batch arrays reused across batches and epochs (_buffers.py). Every camera of a size shares one list, so
         # the pool must hold what all cameras have in flight at once: batches queued, being decoded, being finished
         # and the one or two the loop holds. Sized for one camera (8), a 3-camera 224x224 loader never got an array
         # back and faulted in 3 fresh mmaps per batch: ~7% of its CPU in the kernel (perf, docs/benchmarks.md).
@@ -182,7 +182,7 @@ class DeviceLoader:
     # -- iteration -------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self._stop()  # one live iteration at a time (they share the dataset's position)
-        # this process decodes: fast and flat (heap.py)
+        # this process decodes: fast and flat (_heap.py)
         pin_mmap_threshold(DECODE_MMAP_THRESHOLD_BYTES, DECODE_TRIM_THRESHOLD_BYTES)
         epoch = self.dataset.epoch
         resume, self._resume = self._resume, None

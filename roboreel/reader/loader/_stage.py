@@ -1,6 +1,6 @@
 """The decode stage of ``roboreel.loader`` (_loader.py): what runs on its background thread.
 
-It takes the DataLoader's collated *pending* batches (compressed clips and frame requests, ``deferred.py``), feeds
+It takes the DataLoader's collated *pending* batches (compressed clips and frame requests, ``_deferred.py``), feeds
 them to the pool of decode threads (decode/_stage.py), and finishes each decoded batch into what the training loop
 receives (``finish_batch``): on the device, uint8 or float32, transformed, in the DataLoader's order. _loader.py
 keeps the public side (arguments, iteration, epochs, resume state, stats); this module only the data path, so the
@@ -56,7 +56,7 @@ class StageOwner(Protocol):
 
 
 class DecodeStage:
-    """The decode stage: runs on the Prefetcher's thread, feeding the decode pool (stage.py) and finishing batches.
+    """The decode stage: runs on the Prefetcher's thread, feeding the decode pool (decode/_stage.py) and finishing batches.
 
     Up to ``inflight`` batches are decoded at once (a clip's tasks stay in order, different clips run in
     parallel, also across batches); batches leave in the DataLoader's order. Finishing a batch moves its uint8
@@ -88,16 +88,16 @@ class DecodeStage:
         opts, depth = dec.options, dict(dec.depth)
         staging = {cam: torch.device("cpu" if cam in depth else router.camera_device(cam)) for cam in cameras}
 
-        budget = RunBudget(opts.run_cache_bytes)  # the run cache: decoded GOP runs of all clips together (runs.py)
+        budget = RunBudget(opts.run_cache_bytes)  # the run cache: decoded GOP runs of all clips together (_runs.py)
         gpu_budget = RunBudget(opts.gpu_run_cache_bytes) if self.decode.type == "cuda" else None  # in GPU memory
-        idle = dec.idle_policy.begin()  # this process's decoders kept across epochs, or None (idle_policy.py)
+        idle = dec.idle_policy.begin()  # this process's decoders kept across epochs, or None (_idle_policy.py)
 
         def make() -> DeviceDecoders:  # one per live clip: its decoders (GPU, CPU fallback) and their state
             return DeviceDecoders(router, keep=dict(dec.keep_frames), max_gpu_decoders=owner.max_gpu_decoders,
                                   max_call_bytes=DECODE_CALL_BYTES, run_budget=budget, gpu_run_budget=gpu_budget,
                                   idle=idle, depth=depth)
         layout = BatchLayout(cameras, staging, pin=stream is not None,
-                             # the decoder's own memory order: the GPU transposes (stage.py, "Layout"), or no one does
+                             # the decoder's own memory order: the GPU transposes (decode/_stage.py, "Layout"), or no one does
                              channels_last=stream is not None or owner.channels_last,
                              dtype=torch.float32 if stream is None and not dec.return_uint8 else torch.uint8,
                              depth=frozenset(depth))
@@ -151,7 +151,7 @@ class DecodeStage:
         finally:
             pool.close()
             flush()
-            trim_heap()  # iteration over: the arenas' free pages back to the system (heap.py), flat over epochs
+            trim_heap()  # iteration over: the arenas' free pages back to the system (_heap.py), flat over epochs
 
 
 def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,

@@ -89,7 +89,7 @@ def detect_rank(rank: int | None = None, world_size: int | None = None) -> tuple
 
         if dist.is_available() and dist.is_initialized():
             return dist.get_rank(), dist.get_world_size()
-    except ImportError:  # pragma: no cover - torch is a dependency, but plan.py itself does not need it
+    except ImportError:  # pragma: no cover - torch is a dependency, but plan/ itself does not need it
         pass
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

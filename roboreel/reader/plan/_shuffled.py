@@ -1,6 +1,6 @@
 """The default sample order: GOP runs decoded front to back, emitted so that a batch holds no near-duplicates.
 
-``frame_order="segments"`` (pool.py) reads fast because each pooled episode emits the next frame of one GOP run:
+``frame_order="segments"`` (_pool.py) reads fast because each pooled episode emits the next frame of one GOP run:
 the decoder only moves forward. But a batch then holds several consecutive frames of each of a few episodes
 (measured on 1-camera ALOHA, batch 32: ~49 pairs of frames < 0.2 s apart where uniform sampling gives ~7), which
 is not the batch a ``RandomSampler`` gives.

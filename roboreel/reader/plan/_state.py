@@ -15,7 +15,7 @@ from roboreel.reader.plan._epoch import World
 from roboreel.reader.plan._resume import loader_position
 
 STATE_FORMAT = "roboreel.reader.state"
-STATE_VERSION = 2  # 2: frame-quota split (plan.py); version-1 states split differently
+STATE_VERSION = 2  # 2: frame-quota split (_epoch.py); version-1 states split differently
 
 
 def loader_state(base: dict[str, Any], *, epoch: int, world_size: int, batches: int | None,
