@@ -29,6 +29,7 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -93,7 +94,12 @@ def release_free_memory(*, trim: bool = True) -> None:
     the top; ``trim=False`` leaves that to a caller that trims later anyway). A few ms once per epoch per worker; what is left of a long run's slow creep after the pinned
     threshold. Not ``gc.collect()`` in the training process itself (``num_workers=0``): with torch and a model
     loaded a full collection there took ~140 ms per epoch, and skipping it changed nothing in RSS over 50-60 epochs
-    (with and without idle decoders: 0.00 vs -0.01 and 0.45 vs 0.43 MB per epoch, docs/reliability.md)."""
+    (with and without idle decoders: 0.00 vs -0.01 and 0.45 vs 0.43 MB per epoch, docs/reliability.md).
+
+    Nothing while the interpreter finalizes: a consumer left mid-epoch by a script that ended is closed then, when
+    the process's memory is about to go anyway and imports fail ("import of gc halted")."""
+    if sys.is_finalizing():
+        return
     import gc
 
     import pyarrow as pa

@@ -1,18 +1,39 @@
 """Run an iterator in a background thread, a bounded number of items ahead, so fetching overlaps decoding.
 
 Used for shard records: network reads and parquet parsing happen while the consumer decodes (torchcodec and
-aiohttp release the GIL). Errors cross to the consumer; closing stops the thread promptly when the consumer
-stops early (end of a resumed run, an exception, a DataLoader shutting its workers down).
+aiohttp release the GIL), and for ``roboreel.loader``'s decode stage. Errors cross to the consumer; closing stops
+the thread promptly when the consumer stops early (end of a resumed run, an exception, a DataLoader shutting its
+workers down), and at interpreter exit every thread still running is stopped first (``_close_live``).
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from queue import Empty, Full, Queue
 from typing import Any
+
+_LIVE: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
+
+
+def _close_live() -> None:
+    """Stop every prefetch thread still running, at interpreter exit, while threads still run normally.
+
+    Why: a training loop that breaks out of an epoch and lets the script end leaves these daemon threads mid-work.
+    Once the interpreter finalizes, a daemon thread that asks for the GIL is made to exit (``pthread_exit``, Python
+    < 3.14); inside torch's C++ frames (a tensor freed as the thread's generator unwinds) that forced unwind ends
+    in ``std::terminate``: ``terminate called without an active exception`` and exit 134 after the script's work
+    is done, in most runs. atexit handlers run before that point, so a thread closed here finishes in Python.
+    """
+    for prefetcher in list(_LIVE):
+        prefetcher.close()
+
+
+atexit.register(_close_live)
 
 
 class Prefetcher:
@@ -29,6 +50,7 @@ class Prefetcher:
         self._make = make
         self.wait_seconds = 0.0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        _LIVE.add(self)
         self._thread.start()
 
     def _put(self, item: Any) -> bool:
@@ -77,6 +99,7 @@ class Prefetcher:
         return item
 
     def close(self) -> None:
+        _LIVE.discard(self)
         self._stop.set()
         while True:  # unblock a producer waiting on a full queue
             try:
