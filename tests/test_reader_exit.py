@@ -32,7 +32,7 @@ for _ in range(3):
 print("stopped mid-epoch", flush=True)
 """
 
-RUNS = 3  # the abort came in most runs, not all: three clean exits in a row each way
+RUNS = 2  # the abort came in 3 of 4 runs, not all: two clean exits in a row each way, eight in all
 
 
 @pytest.mark.parametrize("how", ["loader0", "loader2", "dataset", "dataloader"])
