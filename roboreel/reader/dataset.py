@@ -1,9 +1,10 @@
 """``CompiledDataset``: a compiled roboreel dataset as a ``torch.utils.data.IterableDataset``.
 
 Per consumer (a rank's DataLoader worker): plan the epoch (plan/) -> stream the consumer's shard slices in a
-background thread (fetch/_source.py) -> episode pool picks frames (plan/_pool.py) -> pending samples decoded on exit in small
-batches (decode/) -> LeRobot-shaped sample dicts. Every step is a pure function of (seed, epoch, rank, worker)
-and the manifest, so ``state_dict`` is a handful of scalars and resuming replays positions without decoding.
+background thread (fetch/_source.py) -> episode pool picks frames (plan/_pool.py) -> pending samples decoded
+on exit in small batches (decode/) -> LeRobot-shaped sample dicts. Every step is a pure function of (seed,
+epoch, rank, worker) and the manifest, so ``state_dict`` is a handful of scalars and resuming replays
+positions without decoding.
 
 This module holds what decides the stream: options and their checks, epochs and sizes, the consumer's plan and
 resume point, ``state_dict`` and stats. Running the planned stream (threads, decoders, counters, teardown) is
