@@ -80,7 +80,13 @@ def main() -> int:
     threads = args.decode_threads or default_decode_threads()
     inflight = args.inflight_batches or default_inflight_batches(threads)
     cameras = {c.key: c for c in ds.manifest.cameras}
-    buffers, budget, idle = BufferPool(), RunBudget(ds.decode_options.run_cache_bytes), ds.idle_policy.begin()
+    try:  # the loader's bound (automatic by default); older checkouts (--repo) had a number only
+        from roboreel.reader.loader._stage import run_cache_bound
+
+        cache_bytes = run_cache_bound(ds.decode_options.run_cache_bytes, ds, 1)
+    except ImportError:
+        cache_bytes = ds.decode_options.run_cache_bytes
+    buffers, budget, idle = BufferPool(), RunBudget(cache_bytes), ds.idle_policy.begin()
     dtype = torch.uint8 if ds.return_uint8 else torch.float32
 
     def batches() -> DataLoader:

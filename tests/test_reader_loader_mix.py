@@ -52,8 +52,9 @@ def _joined(batches: list[dict], k: int) -> list[dict]:
 
 
 def test_mixed_batches_are_the_workers_batches_joined(compiled):
+    # a mixing loader sets an unset spread to B / W (its workers' share); the unmixed one is given the same
     mixed = roboreel.loader(_ds(compiled), batch_size=B, num_workers=W, mix_workers=True)
-    plain = roboreel.loader(_ds(compiled), batch_size=B // W, num_workers=W, mix_workers=False)
+    plain = roboreel.loader(_ds(compiled, spread=B // W), batch_size=B // W, num_workers=W, mix_workers=False)
     got, parts = _epoch(mixed), _epoch(plain)
     assert len(got) == len(mixed) == -(-len(plain) // W)
     assert_same_batches(got, _joined(parts, W))
@@ -101,12 +102,12 @@ def test_mix_workers_needs_a_batch_each_worker_can_fill_and_is_the_default_where
 def test_a_mixture_mixes_the_same_way(compiled, tmp_path_factory):
     other = compiled_pair(tmp_path_factory, episodes_per_shard=1, episodes=3, seed=23, min_length=14, max_length=20)[1]
 
-    def mixture():
-        ds = CompiledDataset([str(compiled), str(other)], episode_pool_size=2, seed=3, return_uint8=True)
+    def mixture(**kw):
+        ds = CompiledDataset([str(compiled), str(other)], episode_pool_size=2, seed=3, return_uint8=True, **kw)
         ds.set_epoch(0)
         return ds
 
     got = _epoch(roboreel.loader(mixture(), batch_size=B, num_workers=W, mix_workers=True))
-    parts = _epoch(roboreel.loader(mixture(), batch_size=B // W, num_workers=W, mix_workers=False))
+    parts = _epoch(roboreel.loader(mixture(spread=B // W), batch_size=B // W, num_workers=W, mix_workers=False))
     assert_same_batches(got, _joined(parts, W))
     assert {int(d) for b in got for d in b["dataset_index"]} == {0, 1}

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from support.datasets import compiled_pair
 
 import roboreel
 from roboreel.reader import CompiledDataset
+from roboreel.reader.options import DecodeOptions
 from roboreel.reader.plan._pool import ScheduleKey
 from roboreel.reader.plan._shuffled import MAX_RUNS, ShuffledSchedule, make_schedule
 
@@ -63,6 +65,23 @@ def test_each_lane_moves_forward_one_run_at_a_time(kw):
         prev = last_on.get((p, lane))
         assert f % seg == 0 or f == prev + 1, (p, lane, prev, f)  # a run's first frame, or the next one
         last_on[(p, lane)] = f
+
+
+@pytest.mark.parametrize("kw", [{}, {"gop": 7}, {"pool_size": 3}, {"spread": 64}])
+def test_run_end_promises_exactly_the_lanes_next_frames(kw):
+    """The run cache's promise (decode/_runs.py): after a pick, ``run_end`` names the frames the same (episode,
+    lane) gives next, in order, before that lane gives any other frame."""
+    s = schedule(**kw)
+    promised: dict[tuple[int, int], list[int]] = {}
+    for p, f, _ in s:
+        lane = s.lane
+        left = promised.get((p, lane))
+        if left:
+            assert left[0] == f, (p, lane, left, f)  # the promise is kept before anything else on the lane
+        end = s.run_end(f, int(s.stops[p]))
+        assert end is not None and f < end <= int(s.stops[p]) and (end - 1) // s.gop == f // s.gop
+        promised[(p, lane)] = list(range(f + 1, end))
+    assert not any(promised.values())  # every promised frame came
 
 
 def test_no_two_near_frames_of_an_episode_within_spread_picks_until_the_pool_drains():
@@ -123,3 +142,46 @@ def test_the_default_loader_batches_hold_fewer_near_duplicates_than_uniform_samp
     assert new["near_duplicate_pairs_per_batch"] <= new["uniform_near_duplicate_pairs_per_batch"]
     assert new["distinct_episodes_per_batch"] >= 0.9 * new["uniform_distinct_episodes_per_batch"]
     assert old["near_duplicate_pairs_per_batch"] > 2 * new["uniform_near_duplicate_pairs_per_batch"]
+
+
+def test_the_default_order_decodes_runs_whole_and_gives_the_same_pixels_without_the_run_cache(compiled):
+    """The default order's runs decode in one call each where the run cache has room, and the batches are the
+    same, pixel for pixel, as with the run cache off (every frame its own call)."""
+    out = {}
+    for mb in (0.0, 64.0):
+        ds = CompiledDataset(str(compiled), return_uint8=True, decode=DecodeOptions(cache_mb=mb))
+        ld = roboreel.loader(ds, batch_size=16, num_workers=2)
+        out[mb] = (list(ld), ld.stats())
+        ld.close()
+    (off, st_off), (on, st_on) = out[0.0], out[64.0]
+    assert st_off["frames_decoded"] == st_on["frames_decoded"] == 12 * 60 * 2
+    assert st_off["decode_calls"] > 0.95 * st_off["frames_decoded"]  # a call per frame (two at the epoch's end)
+    assert st_on["decode_calls"] <= st_on["frames_decoded"] // 4  # runs of 10 frames, nearly all cached
+    assert len(off) == len(on)
+    for a, b in zip(off, on, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            if isinstance(a[k], torch.Tensor):
+                assert torch.equal(a[k], b[k]), k
+            else:
+                assert a[k] == b[k], k
+
+
+def test_a_mixing_loader_sets_an_unset_spread_to_its_batch_share(compiled):
+    """Each worker gives a mixed batch B / W samples, so that is the spread the default order needs; a spread or
+    batch_size given to the dataset is kept, and unmixed batches keep the dataset's (DataLoader's) order."""
+    cases = [({}, {}, 8), ({"spread": 12}, {}, 12), ({"batch_size": 16}, {}, 16), ({}, {"mix_workers": False}, 32)]
+    for ds_kw, ld_kw, want in cases:
+        ds = CompiledDataset(str(compiled), **ds_kw)
+        ld = roboreel.loader(ds, batch_size=16, num_workers=2, **ld_kw)
+        assert ds.spread == want, (ds_kw, ld_kw)
+        ld.close()
+
+
+def test_the_automatic_run_cache_holds_one_call_of_every_open_run():
+    from roboreel.reader.decode import DECODE_CALL_BYTES, DEFAULT_RUN_CACHE_BYTES, auto_run_cache_bytes
+
+    big, small = 3 * 480 * 640, 3 * 224 * 224  # a call holds 4 frames of the first, a whole GOP of the second
+    assert auto_run_cache_bytes([big], open_runs=64, gop=10, call_bytes=DECODE_CALL_BYTES) == 64 * DECODE_CALL_BYTES
+    assert auto_run_cache_bytes([small] * 3, open_runs=64, gop=10, call_bytes=DECODE_CALL_BYTES) == 64 * 3 * 10 * small
+    assert auto_run_cache_bytes([small], open_runs=2, gop=10, call_bytes=0) == DEFAULT_RUN_CACHE_BYTES  # the floor

@@ -28,6 +28,7 @@ from roboreel.formats.depth import DepthQuant
 from roboreel.formats.errors import CompiledFormatError
 from roboreel.formats.manifest import Manifest
 from roboreel.reader.decode import (
+    DEFAULT_RUN_CACHE_BYTES,
     ClipDecoders,
     IdlePolicy,
     ImageClips,
@@ -179,7 +180,7 @@ def run_members(decoding: Decoding, members: list[MemberStream], pending: Iterat
     end."""
     opts = decoding.options
     decoders = ClipDecoders(device=decoding.device, keep=dict(decoding.keep_frames), depth=dict(decoding.depth),
-                            run_cache_bytes=opts.run_cache_bytes,
+                            run_cache_bytes=_or_default(opts.run_cache_bytes),
                             idle=decoding.idle_policy.begin() if not deferred else None)
     flusher = Flusher(counters, row)
     yielded = 0
@@ -222,3 +223,9 @@ def run_members(decoding: Decoding, members: list[MemberStream], pending: Iterat
         # epoch over: hand freed pages back (_heap.py). Pending samples made in the training process feed
         # roboreel.loader's decode stage, which trims once its own decoders are closed: one trim, not two
         release_free_memory(trim=not (deferred and get_worker_info() is None))
+
+
+def _or_default(run_cache_bytes: int | None) -> int:
+    """A consumer's run cache bound: ``DecodeOptions.cache_mb``, or 96 MiB where automatic (the decode stage's
+    automatic bound counts the runs of every worker, which one consumer does not see)."""
+    return DEFAULT_RUN_CACHE_BYTES if run_cache_bytes is None else run_cache_bytes

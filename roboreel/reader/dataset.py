@@ -132,7 +132,8 @@ class CompiledDataset(StreamCore):
         spread: with "shuffled", the samples of a consumer (a DataLoader worker) among which no two frames of one
             episode are near-duplicates: at least the samples one worker gives a batch (``batch_size``, or
             ``batch_size / num_workers`` where ``roboreel.loader`` mixes workers). None (default): ``batch_size``
-            where given, else 32.
+            where given, else ``batch_size / num_workers`` in a ``roboreel.loader`` that mixes workers (it sets
+            it), else 32.
         image_transforms: callable applied to every camera tensor.
         return_uint8: camera tensors as uint8 instead of float32 in [0, 1].
         rank, world_size: distributed position; default from torch.distributed, else RANK/WORLD_SIZE, else (0, 1).
@@ -203,6 +204,7 @@ class CompiledDataset(StreamCore):
         self.decode_device, self.image_transforms, self.return_uint8 = decode_device, image_transforms, return_uint8
         self.frame_order = frame_order
         self.spread = spread or batch_size or DEFAULT_SPREAD  # plan/_shuffled.py
+        self.spread_is_default = not (spread or batch_size)  # roboreel.loader sets it (use_batch_share)
         self.rank, self.world_size = rank, world_size
         self.split_options = SplitOptions(equal_steps=equal_steps, batch_size=batch_size)
         self._meta: DatasetMeta | None = None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roboreel.formats.transient import Retry
-from roboreel.reader.decode import DEFAULT_GPU_RUN_CACHE_BYTES, DEFAULT_RUN_CACHE_BYTES, DecodeFallback
+from roboreel.reader.decode import DEFAULT_GPU_RUN_CACHE_BYTES, DecodeFallback
 
 _FALLBACKS = ("error", "cpu")
 
@@ -85,9 +85,12 @@ class DecodeOptions:
         fallback: "error": "cuda" without a CUDA device raises RuntimeError("no CUDA device: ..."); "cpu": log one
             warning and decode on the CPU.
         batch: pending samples decoded together (one sorted call per clip among them).
-        cache_mb: the run cache: decoded frames each consumer may hold ahead of their samples, in MiB: a GOP run is
-            decoded in one call when its first frame is asked (docs/reader.md, "Decode and memory"). 0 turns it
-            off.
+        cache_mb: the run cache: decoded frames each consumer may hold ahead of their samples, in MiB: when a GOP
+            run's first frame is asked, its next frames are decoded in the same call and wait for their samples
+            (docs/reader.md, "Decode and memory"). None (default): automatic: in ``roboreel.loader``'s decode
+            stage, room for one decode call of every run the order keeps open (2 x ``spread`` per worker) and
+            at least 96 MiB; in a process that decodes its own samples (``DataLoader(CompiledDataset)``), 96 MiB.
+            0 turns it off.
         gpu_cache_mb: the run cache of ``roboreel.loader``'s GPU decoders, in GPU memory. Larger: a batch asks ~2
             frames of each of its clips, a run not granted is decoded a batch's frames at a time, and an NVDEC call
             costs more than a CPU one (docs/gpu.md). ~21 clips of 480x640 in flight (40 short episodes, 2 workers,
@@ -105,7 +108,7 @@ class DecodeOptions:
     device: str = "cpu"
     fallback: DecodeFallback = "error"
     batch: int = 8
-    cache_mb: float = DEFAULT_RUN_CACHE_BYTES / 2**20
+    cache_mb: float | None = None
     gpu_cache_mb: float = DEFAULT_GPU_RUN_CACHE_BYTES / 2**20
     tolerance_s: float = 1e-4
     idle_decoders_mb: float | None = None
@@ -116,16 +119,18 @@ class DecodeOptions:
         if self.fallback not in _FALLBACKS:
             raise ValueError(f"DecodeOptions.fallback must be one of {_FALLBACKS}, got {self.fallback!r}")
         _int_at_least("DecodeOptions.batch", self.batch, 1)
-        _number_at_least("DecodeOptions.cache_mb", self.cache_mb, 0)
+        if self.cache_mb is not None:
+            _number_at_least("DecodeOptions.cache_mb", self.cache_mb, 0)
         _number_at_least("DecodeOptions.gpu_cache_mb", self.gpu_cache_mb, 0)
         _number_at_least("DecodeOptions.tolerance_s", self.tolerance_s, 0)
         if self.idle_decoders_mb is not None:
             _number_at_least("DecodeOptions.idle_decoders_mb", self.idle_decoders_mb, 0)
 
     @property
-    def run_cache_bytes(self) -> int:
-        """``cache_mb`` in bytes: the run cache's bound for a consumer's CPU decoders (decode/_runs.py)."""
-        return int(self.cache_mb * 2**20)
+    def run_cache_bytes(self) -> int | None:
+        """``cache_mb`` in bytes: the run cache's bound for a consumer's CPU decoders (decode/_runs.py); None:
+        automatic (``auto_run_cache_bytes`` in the decode stage, ``DEFAULT_RUN_CACHE_BYTES`` elsewhere)."""
+        return None if self.cache_mb is None else int(self.cache_mb * 2**20)
 
     @property
     def gpu_run_cache_bytes(self) -> int:

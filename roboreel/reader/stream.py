@@ -25,6 +25,17 @@ class StreamCore(EpochState, IterableDataset):
     ``depth``, ``image_clips``, ``return_uint8``, ``image_transforms``, ``idle_policy``), and give
     ``_epoch_samples`` and ``_consume``."""
 
+    spread: int
+    spread_is_default: bool = False  # neither ``spread`` nor ``batch_size`` was given: a loader may choose it
+
+    def use_batch_share(self, share: int) -> None:
+        """Called by ``roboreel.loader``: each consumer gives a batch ``share`` samples, so that is the ``spread``
+        the default order needs for no near-duplicate within a batch (plan/_shuffled.py); a smaller spread keeps
+        fewer GOP runs open, so fewer decoders and decoded runs wait. A ``spread`` or ``batch_size`` given to the
+        dataset is kept."""
+        if self.spread_is_default and share >= 1:
+            self.spread = int(share)
+
     def _decoding(self) -> Decoding:
         """How this dataset's frames decode now (consumer.Decoding): read once per iteration, so a
         ``set_image_transforms`` reaches the next one."""

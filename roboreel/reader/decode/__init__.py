@@ -34,7 +34,12 @@ from roboreel.reader.decode._images import NO_IMAGE_CLIPS, ImageClips, finish_im
 from roboreel.reader.decode._layout import BatchLayout
 from roboreel.reader.decode._mixing import grouped
 from roboreel.reader.decode._routing import DecodeFallback, Router, resolve_decode_device
-from roboreel.reader.decode._runs import DEFAULT_GPU_RUN_CACHE_BYTES, DEFAULT_RUN_CACHE_BYTES, RunBudget
+from roboreel.reader.decode._runs import (
+    DEFAULT_GPU_RUN_CACHE_BYTES,
+    DEFAULT_RUN_CACHE_BYTES,
+    RunBudget,
+    auto_run_cache_bytes,
+)
 from roboreel.reader.decode._stage import (
     BatchJob,
     DecodePool,
@@ -47,7 +52,7 @@ __all__ = [
     "BatchJob", "BatchLayout", "BufferPool", "ClipDecoders", "DECODE_CALL_BYTES", "DECODE_MMAP_THRESHOLD_BYTES",
     "DECODE_TRIM_THRESHOLD_BYTES", "DEFAULT_GPU_RUN_CACHE_BYTES", "DEFAULT_MAX_GPU_DECODERS",
     "DEFAULT_RUN_CACHE_BYTES", "DecodeFallback", "DecodePool", "DeviceDecoders", "IdlePolicy", "ImageClips",
-    "NO_IMAGE_CLIPS", "PendingBatch", "Router", "RunBudget", "camera_lanes", "collate_pending",
+    "NO_IMAGE_CLIPS", "PendingBatch", "Router", "RunBudget", "auto_run_cache_bytes", "camera_lanes", "collate_pending",
     "default_decode_threads", "default_inflight_batches", "finish_images", "grouped", "idle_bytes_needed",
     "isolate_inherited_heap", "materialize", "pin_mmap_threshold", "release_free_memory",
     "resolve_decode_device", "ship_once", "trim_heap", "unit_float",

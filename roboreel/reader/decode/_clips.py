@@ -187,41 +187,59 @@ class ClipDecoders:
 
     def _run_frames(self, clip: EpisodeClip, wanted: dict[int, int],
                     runs: Mapping[int, int]) -> dict[int, tuple[torch.Tensor, float]]:
-        run: DecodedRun | None = self._runs.get(clip.key)
-        out = {}
-        misses = []
+        """``frames`` with the run cache: each lane of the clip (one run of the default order each, _shuffled.py;
+        lane 0 alone otherwise) keeps the decoded rest of its current run."""
+        lanes: dict[int, list[int]] = {}
         for f in sorted(wanted):
+            lanes.setdefault(wanted[f], []).append(f)
+        out: dict[int, tuple[torch.Tensor, float]] = {}
+        for lane, frames in lanes.items():
+            self._lane_run_frames(clip, lane, frames, runs, out)
+        return out
+
+    def _lane_run_frames(self, clip: EpisodeClip, lane: int, frames: list[int], runs: Mapping[int, int],
+                         out: dict[int, tuple[torch.Tensor, float]]) -> None:
+        """Sorted ``frames`` of one lane into ``out``: from the lane's cached run, or decoded with the rest of their
+        runs (as far as the budget grants), which are cached for the next asks."""
+        key = (clip.key, lane)
+        run: DecodedRun | None = self._runs.get(key)
+        misses = []
+        for f in frames:
             hit = run.frames.pop(f, None) if run is not None else None
             if hit is None:
                 misses.append(f)
             else:
                 out[f] = hit
         if run is not None and (misses or not run.frames):  # used up, or out of order (then stale)
-            self._drop_run(clip.key)
+            self._drop_run(key)
         if not misses:
-            return out
-        dec = self._opened(clip, 0)
+            return
+        dec = self._opened(clip, lane)
         frame_bytes = _frame_bytes(dec)
-        ahead = run_ahead(misses, runs)
+        step = self._frames_per_call(dec)
+        # one call ahead at most: a lane of the default order gives a frame every few batches, and what a longer
+        # decode keeps waits that much longer in memory, for no fewer calls
+        ahead = run_ahead(misses, runs)[:max(0, step - len(misses))]
         # room for the calls' every frame (a cached view keeps its call's whole output alive), or no run at all
         n = self.budget.reserve(len(misses) + len(ahead), frame_bytes, at_least=len(misses) + 1) if ahead else 0
         ahead = ahead[:max(0, n - len(misses))]
+        asked = set(misses)
         cached = {}
-        for part in _calls(sorted(misses + ahead), self._pos.get((clip.key, 0), -1), self._frames_per_call(dec)):
-            batch = self._decode(clip, 0, part, dec)
+        for part in _calls(sorted(misses + ahead), self._pos.get(key, -1), step):
+            batch = self._decode(clip, lane, part, dec)
             for f, frame, pts in zip(part, batch.data, batch.pts_seconds.tolist(), strict=True):
-                if f in wanted:
+                if f in asked:
                     out[f] = (frame, pts)
                 else:
                     cached[f] = (frame, pts)
         if cached:
-            self._runs[clip.key] = DecodedRun(cached, n * frame_bytes)
+            self._runs[key] = DecodedRun(cached, n * frame_bytes)
             self.run_bytes += n * frame_bytes
         elif n:
             self.budget.release(n * frame_bytes)
-        return out
 
-    def _drop_run(self, key: tuple[str, int, str, int]) -> None:
+    def _drop_run(self, key: tuple) -> None:
+        """Release the cached run of ``key`` ((clip key, lane)), if any."""
         run = self._runs.pop(key, None)
         if run is not None:
             self.run_bytes -= run.nbytes
@@ -243,7 +261,8 @@ class ClipDecoders:
         for key in [k for k in self._pos if k[0] == clip.key]:
             self._pos.pop(key)  # a decoder taken back from the idle cache starts with its position unknown
         self._kept.pop(clip.key, None)
-        self._drop_run(clip.key)
+        for key in [k for k in self._runs if k[0] == clip.key]:  # every lane's run
+            self._drop_run(key)
 
     def close(self) -> None:
         for key, dec in self._open.items():

@@ -1,9 +1,11 @@
 """The run cache's pieces: decoded GOP runs waiting for their samples, and the byte budget they share.
 
-Frames leave the pool in GOP runs, one run of a clip front to back (_pool.py, ``frame_order="segments"``), so the
-first frame of a run names the frames the clip's next samples will ask. ``ClipDecoders`` decodes them with it, back
-to back on one decoder (one call, or a few when calls are size-capped), and keeps them here until asked: a decoder
-then works through a whole run at once instead of a few frames per batch between other clips' work.
+Frames leave the pool in GOP runs, one run of a clip front to back (_pool.py, ``frame_order="segments"``), or
+several runs of a clip at once, each on a decoder lane of its own, their frames drawn one at a time (the default
+order, _shuffled.py). Either way the first frame of a run names the frames the lane's next samples will ask.
+``ClipDecoders`` decodes them with it, back to back on one decoder (one call, or a few when calls are size-capped),
+and keeps them here until asked (one run per clip and lane): a decoder then works through a whole run at once
+instead of a frame or a few per batch between other clips' work.
 
 ``RunBudget`` bounds what every decoded run holds together. The ``CompiledDataset`` path has one per iteration
 (one ``ClipDecoders``); the decode stage of ``roboreel.loader`` has one ``ClipDecoders`` per live clip, used by
@@ -15,13 +17,23 @@ evicting another run (its frames would cost a seek back).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 DEFAULT_RUN_CACHE_BYTES = 96 << 20
 DEFAULT_GPU_RUN_CACHE_BYTES = 1 << 30  # in GPU memory, for roboreel.loader's GPU decoders (DecodeOptions.gpu_cache_mb)
+
+
+def auto_run_cache_bytes(frame_bytes: Sequence[int], *, open_runs: int, gop: int, call_bytes: int) -> int:
+    """The run cache bound of ``DecodeOptions(cache_mb=None)`` for a decode stage: room for what one decode call
+    returns (``call_bytes``; the whole GOP where smaller) of each of ``open_runs`` runs, for every camera
+    (``frame_bytes``: one decoded frame of each), and at least ``DEFAULT_RUN_CACHE_BYTES``. Each run the order
+    keeps open then decodes a call's frames at once instead of one frame per call (docs/reader.md, "Decode and
+    memory")."""
+    per_run = sum(min(call_bytes, gop * b) if call_bytes else gop * b for b in frame_bytes)
+    return max(DEFAULT_RUN_CACHE_BYTES, int(open_runs) * per_run)
 
 
 class RunBudget:

@@ -147,6 +147,8 @@ class DeviceLoader:
             raise ValueError(f"channels_last must be True or False, got {channels_last!r}")
         self.mix = _mix(mix_workers, batch_size, num_workers, bool(dataloader_kwargs.get("drop_last", False)))
         self.dataset, self.channels_last = dataset, channels_last
+        if self.mix > 1:  # each worker gives a batch B / W samples: the default order's spread (unmixed batches
+            dataset.use_batch_share(batch_size // self.mix)  # stay those of DataLoader(dataset), spread and all)
         self.prefetch_batches, self.max_gpu_decoders = prefetch_batches, max_gpu_decoders
         self.decode_threads, self.inflight_batches = decode_threads, inflight_batches
         if num_workers > 0:

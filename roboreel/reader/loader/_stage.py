@@ -30,6 +30,7 @@ from roboreel.reader.decode import (
     PendingBatch,
     Router,
     RunBudget,
+    auto_run_cache_bytes,
     finish_images,
     grouped,
     trim_heap,
@@ -53,6 +54,7 @@ class StageOwner(Protocol):
     _routes: dict[str, Any]
     _order: OrderMeter
     mix: int  # consecutive DataLoader batches merged into one (decode/_mixing.py); 1: none
+    dataloader: Any  # the DataLoader of pending batches (its num_workers: the consumers)
 
 
 class DecodeStage:
@@ -88,7 +90,8 @@ class DecodeStage:
         opts, depth = dec.options, dict(dec.depth)
         staging = {cam: torch.device("cpu" if cam in depth else router.camera_device(cam)) for cam in cameras}
 
-        budget = RunBudget(opts.run_cache_bytes)  # the run cache: decoded GOP runs of all clips together (_runs.py)
+        # the run cache: decoded GOP runs of all clips together (_runs.py)
+        budget = RunBudget(run_cache_bound(opts.run_cache_bytes, ds, owner.dataloader.num_workers))
         gpu_budget = RunBudget(opts.gpu_run_cache_bytes) if self.decode.type == "cuda" else None  # in GPU memory
         idle = dec.idle_policy.begin()  # this process's decoders kept across epochs, or None (_idle_policy.py)
 
@@ -186,3 +189,15 @@ def finish_batch(job: BatchJob, *, device: torch.device, return_uint8: bool,
         out[key] = v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
     finish_images(out, pending.images, image_transforms, batched=True)
     return image_clips.apply(out)
+
+
+def run_cache_bound(given: int | None, ds: Any, workers: int) -> int:
+    """``DecodeOptions.cache_mb`` in bytes, or its automatic bound: one call of each run the order keeps open in
+    every consumer (the default order: 2 x ``spread``; the others: one per pooled episode) for every camera."""
+    if given is not None:
+        return given
+    members = getattr(ds, "members", [ds])  # a mixture: its members' pools, spreads and GOPs
+    per = sum(2 * ds.spread if m.frame_order == "shuffled" else m.episode_pool_size for m in members)
+    frames = [3 * c.height * c.width for c in ds.manifest.cameras]
+    gop = min(m.gop for m in members)
+    return auto_run_cache_bytes(frames, open_runs=max(1, workers) * per, gop=gop, call_bytes=DECODE_CALL_BYTES)

@@ -141,6 +141,7 @@ class MixtureDataset(StreamCore):
         self.stream_options, self.decode_options = m0.stream_options, m0.decode_options
         # the members were made with the same arguments: the first one's decode device, output form and order
         self.decode_device, self.frame_order, self.spread = m0.decode_device, m0.frame_order, m0.spread
+        self.spread_is_default = m0.spread_is_default
         self.image_transforms, self.return_uint8 = m0.image_transforms, m0.return_uint8
         self.options = opts = canonical or CanonicalOptions()
         self.canon = canon = canonical_features(self.urls, [m.manifest.features for m in self.members],

@@ -9,7 +9,9 @@ is not the batch a ``RandomSampler`` gives.
 
 - each pooled episode keeps up to ``runs_per_episode`` GOP runs open at once, at random places of the episode,
   each run decoded by a decoder of its own (a *lane*: ``lane`` after each pick), so every run still moves forward
-  one frame at a time and every emitted frame costs about one decoded frame;
+  and every emitted frame costs about one decoded frame; ``run_end`` promises the rest of the run on its lane,
+  so the decoder decodes the run in one call where the run cache has room and keeps its frames until they are
+  drawn (decode/_runs.py), one frame a call where it has none;
 - every pick is uniform over the open runs that are *eligible*: a run is not, for ``spread`` picks, once a frame of
   its episode within ``near`` frames of the run's next frame was emitted. With ``spread`` at least a batch (the
   consumer's share of it), no batch holds two frames of one episode less than ``near + 1`` frames apart, whatever
@@ -56,6 +58,7 @@ class ShuffledSchedule(PoolSchedule):
         self.runs_per_episode = min(MAX_RUNS, max(1, -(-target // live)))
         self._runs: list[list[Any]] = []  # [slot, cursor, end, lane, eligible from pick]
         self.lane = 0
+        self._run_end: int | None = None
 
     def _draw(self) -> float:
         if self._d == len(self._draws):
@@ -120,7 +123,7 @@ class ShuffledSchedule(PoolSchedule):
         for other in slot[2]:
             if abs(other[1] - frame) <= self.near:
                 other[4] = max(other[4], now + self.spread)
-        self.lane = run[3]
+        self.lane, self._run_end = run[3], run[2]
         if run[1] == run[2]:  # run done: its lane takes the episode's next run
             self._runs.pop(k)
             slot[2] = [r for r in slot[2] if r is not run]
@@ -136,10 +139,10 @@ class ShuffledSchedule(PoolSchedule):
         return slot[0], frame, last
 
     def run_end(self, frame: int, length: int) -> int | None:
-        """None: no run is promised to the run cache. Each run has a decoder lane of its own, which moves forward
-        one frame a sample (a promised run would decode on lane 0 and keep frames that wait for many batches)."""
-        return None
-
+        """End (exclusive) of the run the last pick came from: its next frames are asked on the same lane, in
+        order, one each (other runs' frames between them), so the decoder may decode them with ``frame`` and keep
+        them for their samples (the run cache, decode/_runs.py)."""
+        return self._run_end
 
 _TAG_RUNS = 0x5255_4E53  # "RUNS": the episode's run order, apart from every other random stream
 
