@@ -14,8 +14,11 @@ heap settings and call size:
   stage does with ``channels_last=True`` and when the batch goes to a GPU);
 - ``interleaved+chw``: that, and every frame deinterleaved into a slot of a [B, C, H, W] batch array with the
   stage's own ``copy_frame`` (what the contract's contiguous CPU batches cost);
-- ``lanes``: the default order's pattern (``frame_order="shuffled"``): each thread keeps ``--open`` decoders
-  going at once and decodes one frame of each in turn, every decoder moving forward; ``lanes+chw`` with the copy.
+- ``lanes``: each thread keeps ``--open`` decoders going at once and decodes one frame of each in turn, every
+  decoder moving forward (the default order, ``frame_order="shuffled"``, without its run cache); ``lanes+chw``
+  with the copy;
+- ``lanecalls``: the same, a decode call's frames of each decoder in turn (the default order with its run cache:
+  a lane's next frames decoded with the asked one, up to one call); ``lanecalls+chw`` with the copy.
 - ``buffered``: the same order from decoded runs: each thread keeps ``--open`` GOP runs open, each decoded whole
   in one call when it opens (one decoder per clip), and takes one frame of a run drawn at random at a time, so the
   frames wait in memory until drawn; ``buffered+chw`` with the copy (from memory the decode left long ago).
@@ -40,7 +43,7 @@ import time
 from typing import Any
 
 PATTERNS = ("sequential", "runs", "interleaved", "interleaved+hwc", "interleaved+chw", "lanes", "lanes+chw",
-            "buffered", "buffered+chw")
+            "lanecalls", "lanecalls+chw", "buffered", "buffered+chw")
 _BATCH = 16  # slots of the batch array the copies rotate through
 
 
@@ -75,12 +78,13 @@ def _decode_share(clips: list[bytes], pattern: str, *, gop: int, call_frames: in
     if pattern.startswith("buffered"):
         return _buffered(decoders, plans, batch, open_runs=open_decoders, seed=seed, call_frames=call_frames)
     order: list[tuple[int, list[int]]] = []
-    if pattern.startswith("lanes"):  # groups of ``open_decoders``, one frame of each in turn
-        call_frames = 1
+    if pattern.startswith("lane"):  # groups of ``open_decoders``, one frame (or call) of each in turn
+        step = 1 if pattern.startswith("lanes") else call_frames
         for g in range(0, len(plans), open_decoders):
             group = range(g, min(len(plans), g + open_decoders))
-            for f in range(max((decoders[i].metadata.num_frames or 0 for i in group), default=0)):
-                order += [(i, [f]) for i in group if f < (decoders[i].metadata.num_frames or 0)]
+            for f in range(0, max((decoders[i].metadata.num_frames or 0 for i in group), default=0), step):
+                order += [(i, list(range(f, min(f + step, decoders[i].metadata.num_frames or 0)))) for i in group
+                          if f < (decoders[i].metadata.num_frames or 0)]
     elif pattern.startswith("interleaved"):
         for k in range(max(map(len, plans), default=0)):
             order += [(i, p[k]) for i, p in enumerate(plans) if k < len(p)]

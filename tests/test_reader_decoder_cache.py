@@ -214,6 +214,22 @@ def test_a_dataset_above_the_automatic_budget_gets_no_cache(small_compiled):
     assert _epochs(ds, 3)[1] == [clips, clips, 0] and _parked().nbytes == need
 
 
+def test_a_dataset_that_fits_one_episode_pool_parks_its_decoders_above_the_budget(small_compiled):
+    """Every episode in one pool: every clip x lane is open while an epoch runs, so parking them costs next to no
+    peak memory, and the automatic mode parks them whatever the budget (opens n, n, 0); with a pool smaller than
+    the dataset the budget decides, as before."""
+    ds = CompiledDataset(str(small_compiled), frame_order="segments")
+    clips = len(ds.manifest.episodes) * len(ds.camera_keys)
+    assert len(ds.manifest.episodes) <= ds.episode_pool_size
+    need = ds.idle_policy.need()
+    ds.idle_policy = IdlePolicy(None, ds.idle_policy.need, budget=need - 1, whole_pool=ds._fits_one_pool)
+    assert _epochs(ds, 3)[1] == [clips, clips, 0] and _parked().nbytes == need
+    small = CompiledDataset(str(small_compiled), frame_order="segments", episode_pool_size=2)
+    assert not small._fits_one_pool()
+    small.idle_policy = IdlePolicy(None, small.idle_policy.need, budget=need - 1, whole_pool=small._fits_one_pool)
+    assert not small.idle_policy.fits and [small.idle_policy.begin(), small.idle_policy.begin()] == [None, None]
+
+
 def test_the_loader_decode_stage_keeps_its_cpu_decoders_from_its_second_epoch(small_compiled):
     """roboreel.loader decodes in this process, which lives across epochs: its CPU decoders follow the same policy
     (opens n, n, 0) and its batches equal those of a loader with the cache off."""

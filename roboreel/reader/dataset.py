@@ -267,10 +267,16 @@ class CompiledDataset(StreamCore):
                                  {k: (o / self.fps).tolist() for k, o in windows.items()}) or None
         runs = MAX_RUNS if self.frame_order == "shuffled" else 1
         self.idle_policy = IdlePolicy(self.decode_options.idle_decoders_bytes, partial(
-            idle_bytes_needed, self.manifest, self.episodes, camera_lanes(self.windows, self.camera_keys, runs=runs)))
+            idle_bytes_needed, self.manifest, self.episodes, camera_lanes(self.windows, self.camera_keys, runs=runs)),
+            whole_pool=self._fits_one_pool)
         # Decoded frames kept per clip of a windowed camera: the window's span, at most MAX_KEEP (memory).
         self.keep_frames = {k: min(MAX_KEEP, int(o.max() - o.min()) + 1) for k, o in self.windows.items()
                             if k in self.camera_keys and len(o) > 1}
+
+    def _fits_one_pool(self) -> bool:
+        """Every selected episode fits one episode pool: all its clips are live at once in any consumer."""
+        n = self.manifest.index.num_episodes if self.episodes is None else len(self.episodes)
+        return n <= self.episode_pool_size
 
     # -- epochs and sizes -------------------------------------------------------------------------------
     @property

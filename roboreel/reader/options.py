@@ -101,8 +101,8 @@ class DecodeOptions:
             decoder opened, a creep of ~6% per worker over 100 epochs on a small dataset (docs/reliability.md,
             "Memory over long training"). None (default): automatic, from a process's second iteration of the
             dataset on (a persistent DataLoader worker, or the main process) and only if every clip x lane of
-            the dataset fits 256 MiB: ~+150-180 MB per such process, the price of a flat RSS
-            (reader/decode/_idle_policy.py). A number: that bound, from the first iteration. 0 turns it off.
+            the dataset fits 256 MiB, or every episode fits one episode pool: ~+150-180 MB per such process, the
+            price of a flat RSS (reader/decode/_idle_policy.py). A number: that bound, from the first iteration. 0 turns it off.
     """
 
     device: str = "cpu"
