@@ -30,14 +30,14 @@ SHAPES: list[tuple[str, tuple[float, float, float]]] = [
     ("synthetic 224x224, 3 cams\nfloat32, batch 32", (824, 390, 204)),
 ]
 
-# docs/benchmarks.md, "Training reads" and "Compile at the training resolution" (2026-12-03): roboreel.loader as the
+# docs/benchmarks.md, "Training reads" and "Compile at the training resolution" (2026-12-06): roboreel.loader as the
 # README calls it, at its default order, / LeRobotDataset, ratio of medians
 SPEEDUPS: list[tuple[str, float]] = [
-    ("ALOHA fleet 480x640, 1 camera", 2.6),
-    ("ALOHA fleet 480x640, 4 cameras", 2.9),
-    ("ALOHA fleet 224x224, 3 cameras", 3.4),
-    ("ALOHA 480x640, 1 camera, 8 episodes", 2.5),
-    ("ALOHA fleet 480x640 compiled --resize 224x224\nvs LeRobotDataset + Resize", 6.4),
+    ("ALOHA fleet 480x640, 1 camera", 2.9),
+    ("ALOHA fleet 480x640, 4 cameras", 4.0),
+    ("ALOHA fleet 224x224, 3 cameras", 4.0),
+    ("ALOHA 480x640, 1 camera, 8 episodes", 2.7),
+    ("ALOHA fleet 480x640 compiled --resize 224x224\nvs LeRobotDataset + Resize", 7.6),
 ]
 
 # docs/benchmarks.md, "Scale: start-up and memory against the episode count" (2026-11-23): episodes,
@@ -80,7 +80,7 @@ def speedup_chart(path: Path) -> None:
     ax.axvline(1.0, color="#d62728", lw=1, ls="--", label="LeRobotDataset = 1x")
     ax.set_xlabel("samples/s, x LeRobotDataset 0.6.1 (ratio of medians)")
     ax.set_title(f"roboreel.loader vs LeRobotDataset 0.6.1: uint8, batch 32, 2 workers, batches of independent "
-                 f"frames\n({HOST}, 2026-12-03)", fontsize=9)
+                 f"frames\n({HOST}, 2026-12-06)", fontsize=9)
     ax.tick_params(axis="y", labelsize=8)
     ax.set_xlim(0, max(vals) * 1.12)
     ax.legend(fontsize=8, loc="center right")
