@@ -102,7 +102,8 @@ class DecodeOptions:
             "Memory over long training"). None (default): automatic, from a process's second iteration of the
             dataset on (a persistent DataLoader worker, or the main process) and only if every clip x lane of
             the dataset fits 256 MiB, or every episode fits one episode pool: ~+150-180 MB per such process, the
-            price of a flat RSS (reader/decode/_idle_policy.py). A number: that bound, from the first iteration. 0 turns it off.
+            price of a flat RSS (reader/decode/_idle_policy.py). A number: that bound, from the first iteration.
+            0 turns it off.
     """
 
     device: str = "cpu"
