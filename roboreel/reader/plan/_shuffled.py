@@ -144,6 +144,7 @@ class ShuffledSchedule(PoolSchedule):
         them for their samples (the run cache, decode/_runs.py)."""
         return self._run_end
 
+
 _TAG_RUNS = 0x5255_4E53  # "RUNS": the episode's run order, apart from every other random stream
 
 
